@@ -1,0 +1,112 @@
+# One entry point for set-up, running, tests, lint and benchmarks. Every target installs what it needs first,
+# so `make run` and `make test` work on a fresh Debian machine with Python 3.11.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXTRAS ?= test,spark
+APT_PACKAGES := redis-server rsync openssl
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: system-deps install install-test run test lint typecheck bench clean
+
+# redis-server (the embedded default and every test's Redis), rsync (network_move) and openssl (test
+# certificates) come from Debian's packages. Installed only when missing; policy-rc.d keeps apt from starting
+# a system-wide redis-server that nobody asked for.
+system-deps:
+	@missing=""; \
+	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing from Debian's packages:$$missing"; \
+		ours=""; if [ ! -e /usr/sbin/policy-rc.d ]; then ours=1; \
+			printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+		status=$$?; [ -z "$$ours" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: system-deps $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+install-test: system-deps $(BIN)/python
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+
+run: install
+	$(BIN)/dataq run $(if $(CONFIG),--config $(CONFIG))
+
+test: install-test
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check dataq cli actions tests bench
+	$(MAKE) --no-print-directory typecheck
+
+# mypy cannot follow setup.cfg's package_dir (cli/ -> dataq.cli, actions/ -> dataq.actions), so it checks a tree
+# of symlinks laid out as the installed package is: the same files, under the import names they really have.
+typecheck:
+	rm -rf build/typecheck && mkdir -p build/typecheck/dataq
+	for f in dataq/*; do ln -s ../../../$$f build/typecheck/dataq/; done
+	ln -s ../../../cli build/typecheck/dataq/cli && ln -s ../../../actions build/typecheck/dataq/actions
+	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../setup.cfg -p dataq
+
+bench: install-test
+	$(BIN)/python bench/store.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis
+
+# --- systemd (README, "Running under systemd") ---------------------------------------------------------------
+# install-systemd (as root) installs the units, the dedicated user `dataq` and, if absent, the settings file.
+# The units run /usr/local/bin/dataq; DATAQ_BIN rewrites that path on the way in. DESTDIR stages the files
+# into a directory instead (packaging, check-systemd): then no user is created and systemd is not reloaded.
+DESTDIR ?=
+DATAQ_BIN ?= /usr/local/bin/dataq
+UNIT_DIR ?= /etc/systemd/system
+SYSUSERS_DIR ?= /etc/sysusers.d
+CONFIG_DIR ?= /etc/dataq
+UNIT_FILES := $(wildcard systemd/*.service systemd/*.target)
+ROOT_SUDO := $(if $(DESTDIR),,$(SUDO))
+
+.PHONY: install-systemd check-systemd
+
+install-systemd:
+	$(ROOT_SUDO) install -d -m 0755 $(DESTDIR)$(UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(CONFIG_DIR)
+	@for unit in $(UNIT_FILES); do \
+		echo "installing $(DESTDIR)$(UNIT_DIR)/$${unit#systemd/}"; \
+		sed 's|/usr/local/bin/dataq|$(DATAQ_BIN)|g' "$$unit" | \
+			$(ROOT_SUDO) install -m 0644 /dev/stdin "$(DESTDIR)$(UNIT_DIR)/$${unit#systemd/}" || exit 1; \
+	done
+	$(ROOT_SUDO) install -m 0644 systemd/dataq.sysusers $(DESTDIR)$(SYSUSERS_DIR)/dataq.conf
+	@if [ -z "$(DESTDIR)" ]; then \
+		if command -v systemd-sysusers >/dev/null 2>&1; then $(SUDO) systemd-sysusers $(SYSUSERS_DIR)/dataq.conf; \
+		elif ! id dataq >/dev/null 2>&1; then $(SUDO) useradd --system --user-group --home-dir /var/lib/dataq \
+			--no-create-home --shell /usr/sbin/nologin --comment "dataq data queue" dataq; fi || exit 1; \
+	fi
+	@# The settings may name secrets' files, so they are readable by root and the dataq group only.
+	@if [ -e "$(DESTDIR)$(CONFIG_DIR)/dataq.toml" ]; then echo "keeping $(DESTDIR)$(CONFIG_DIR)/dataq.toml"; \
+	else $(ROOT_SUDO) install -m 0640 config/dataq.toml $(DESTDIR)$(CONFIG_DIR)/dataq.toml || exit 1; \
+		[ -n "$(DESTDIR)" ] || $(SUDO) chgrp dataq $(CONFIG_DIR)/dataq.toml; fi
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then $(SUDO) systemctl daemon-reload; fi
+	@[ -n "$(DESTDIR)" ] || [ -x "$(DATAQ_BIN)" ] || echo "warning: $(DATAQ_BIN) does not exist; install dataq there or pass DATAQ_BIN=..."
+	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml, then systemctl enable --now dataq dataq-push@QUEUE dataq-pop@QUEUE"
+
+# check-systemd stages exactly what install-systemd installs, with DATAQ_BIN set to this virtualenv's dataq:
+# systemd-analyze verify refuses a unit whose ExecStart= binary is missing, and its --root= does not apply to
+# that check, so the units are verified as installed on a host where dataq lives in $(VENV). verify exits 0
+# after mere warnings (unknown keys, bad dependency names), so any output at all fails the check.
+check-systemd: install
+	@command -v systemd-analyze >/dev/null 2>&1 || { echo "installing systemd (for systemd-analyze) from Debian's packages"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd; }
+	@stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
+	$(MAKE) --no-print-directory install-systemd DESTDIR="$$stage" DATAQ_BIN="$(abspath $(BIN))/dataq" >/dev/null && \
+	cd "$$stage$(UNIT_DIR)" && \
+	output=$$(systemd-analyze verify --man=no $(notdir $(UNIT_FILES)) 2>&1); status=$$?; \
+	if [ $$status -ne 0 ] || [ -n "$$output" ]; then \
+		echo "$$output"; echo "check-systemd: systemd-analyze verify printed the above (exit status $$status)"; exit 1; \
+	fi; \
+	echo "systemd-analyze verify: $(words $(UNIT_FILES)) units, no warning"; \
+	for unit in $(filter-out dataq.service,$(notdir $(filter %.service,$(UNIT_FILES)))); do \
+		systemd-analyze security --offline=yes --no-pager "$$unit" 2>&1 | grep -F 'Overall exposure' || exit 1; \
+	done

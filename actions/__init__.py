@@ -1,0 +1,8 @@
+"""Actions: what the pop daemon runs on each record (see :mod:`dataq.actions.base` for the interface)."""
+
+from __future__ import annotations
+
+from .base import Action, NoOptions
+from .registry import ENTRY_POINT_GROUP, load_actions
+
+__all__ = ["ENTRY_POINT_GROUP", "Action", "NoOptions", "load_actions"]

@@ -1,0 +1,63 @@
+"""The plugin interface of actions: what a queue runs on each record, in the order its ``actions`` list says.
+
+An action is a class with a ``name``, a frozen dataclass of typed ``Options`` (read from the queue's
+``[queues.NAME.ACTION]`` table and checked at start-up), a ``timeout`` and an async :meth:`Action.run`. ``run``
+returns when the record is done and raises :class:`~dataq.errors.ActionError` saying what failed otherwise; any
+other exception counts as a failure too (and is logged with its traceback, as it is probably a bug).
+
+Options fields may be ``str``, ``int``, ``float``, ``bool``, ``tuple[...]`` of those, or ``X | None``; a field
+without a default is a required key. An options field named ``timeout`` (seconds, None = the queue's
+``action_timeout``) lets one action have its own timeout. An action that can be configured inline in the
+``actions`` list (``sleep:0.5``) names the option the inline argument sets in ``inline_option``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from dataq.record import Record
+from dataq.settings import QueueSettings, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class NoOptions:
+    """The options of an action that has none: any key in its table is an error."""
+
+
+OptionsT = TypeVar("OptionsT")
+
+
+class Action(Generic[OptionsT]):
+    """Base class of actions; ``start`` and ``close`` are no-ops unless an action needs them."""
+
+    name: ClassVar[str] = ""
+    """The name a queue's ``actions`` list uses (and the entry-point name in the group ``dataq.actions``)."""
+    Options: ClassVar[type[Any]] = NoOptions
+    """The frozen dataclass of this action's options."""
+    inline_option: ClassVar[str | None] = None
+    """The option that ``name:argument`` in the ``actions`` list sets (None: no inline argument)."""
+
+    def __init__(self, options: OptionsT, *, queue: QueueSettings, settings: Settings) -> None:
+        self.options = options
+        self.queue = queue
+        self.settings = settings
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one run may take: the option ``timeout`` if the action has one and it is set, else the queue's."""
+        own = getattr(self.options, "timeout", None)
+        return float(own) if own is not None else self.queue.action_timeout
+
+    async def start(self) -> None:
+        """Acquire what runs need (connections, a Spark session) before the first record is claimed."""
+
+    async def close(self) -> None:
+        """Release what :meth:`start` acquired; called once at shutdown, after the last run."""
+
+    async def run(self, record: Record) -> None:
+        """Act on one record: return when done, raise ActionError (with what failed) when not."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<action {self.name} {self.options!r}>"

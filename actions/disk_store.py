@@ -1,0 +1,89 @@
+"""``disk_store``: copy each record's file into a storage root, verified, laid out by a path template.
+
+Options (``[queues.NAME.disk_store]``):
+
+``root`` (required)
+    Absolute path of an existing directory; nothing is ever written outside it.
+``layout`` (default ``"{date}/{checksum2}/{checksum}"``)
+    Where a file goes beneath ``root``. Placeholders: ``{checksum}``, ``{checksum2}`` (its first two
+    characters), ``{date}`` (UTC ``YYYYMMDD`` the record was pushed), ``{name}`` (the source's base name) and
+    ``{size}``; nothing else (no format specs, no attribute access). A layout whose result would leave the root
+    (``..``, an absolute path) is refused at start-up if the template itself does it, and per record if a
+    value does (a record's name of ``..``).
+``algorithm`` (default ``"md5"``)
+    hashlib name of the checksum the queue's records carry.
+``verify`` (default true)
+    Read the copy back from disk (after fsync, with its cached pages dropped) and check its size and checksum
+    before publishing it. The source is always checked against its record while it is copied.
+``remove_source`` (default false)
+    Delete the source file once its stored copy is verified and durable.
+``timeout`` (default: the queue's ``action_timeout``)
+    Seconds one record may take.
+
+A record whose file is already stored with the same data succeeds without a second copy (a retry, or a record
+pushed again), so a crash anywhere is recovered by running the record again. With the default layout the date
+is part of the path: the same data pushed again on another day is stored again under that day; use a layout
+without ``{date}`` to keep exactly one copy per checksum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+from dataq.errors import ActionError
+from dataq.logs import get_logger
+from dataq.record import Record
+
+from .base import Action
+from .files import DEFAULT_ALGORITHM, check_algorithm, check_layout, record_values, render, store
+
+DEFAULT_LAYOUT = "{date}/{checksum2}/{checksum}"
+"""One directory per day, then 256 fan-out directories by checksum prefix so none grows too large."""
+
+log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class DiskStoreOptions:
+    root: str
+    """Absolute path of the storage root (an existing directory)."""
+    layout: str = DEFAULT_LAYOUT
+    """Path template beneath ``root``; see the module docstring for its placeholders."""
+    algorithm: str = DEFAULT_ALGORITHM
+    """hashlib name of the records' checksum."""
+    verify: bool = True
+    """Read the copy back and check it before publishing."""
+    remove_source: bool = False
+    """Delete the source once the stored copy is verified."""
+    timeout: float | None = None
+    """Seconds one record may take (None: the queue's ``action_timeout``)."""
+
+    def __post_init__(self) -> None:
+        if not os.path.isabs(self.root):
+            raise ValueError(f"root must be an absolute path, got {self.root!r}")
+        check_layout(self.layout)
+        check_algorithm(self.algorithm)
+        if self.timeout is not None and not 0 < self.timeout < float("inf"):
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+
+
+class DiskStoreAction(Action[DiskStoreOptions]):
+    """Store each record's file beneath ``root`` (see the module docstring)."""
+
+    name = "disk_store"
+    Options = DiskStoreOptions
+
+    async def start(self) -> None:
+        # A missing root is an operator's mistake to report at start-up, not once per record.
+        if not await asyncio.to_thread(os.path.isdir, self.options.root):
+            raise ActionError(f"disk_store root {self.options.root} is not a directory")
+
+    async def run(self, record: Record) -> None:
+        options = self.options
+        relative = render(options.layout, record_values(record))
+        stored = await store(record, options.root, relative, algorithm=options.algorithm, verify=options.verify,
+                             remove_source=options.remove_source)
+        log.info("stored" if stored.copied else "already stored", id=record.id, path=stored.path,
+                 source_removed=options.remove_source)

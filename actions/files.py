@@ -1,0 +1,452 @@
+"""File helpers the storage and transfer actions share: checksums, path templates, and a verified atomic copy.
+
+Everything that reads or writes file data runs in a worker thread (``asyncio.to_thread``) so a large file never
+stalls the pop daemon's event loop; a cancelled caller (an action timeout, shutdown) sets an abort flag that the
+thread checks between chunks, so it stops soon and removes its temporary file instead of finishing unseen.
+
+A stored file only ever appears under its final name complete, fsynced and verified: it is written to a hidden
+temporary name in the target directory, fsynced, checked, then published with one atomic directory operation,
+and the directory is fsynced. A crash at any point leaves either nothing or a hidden ``*.dataq-tmp`` file under
+the final name's directory, never a half file under the final name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import stat
+import string
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from dataq.errors import ActionError
+from dataq.record import Record
+
+DEFAULT_ALGORITHM = "md5"
+"""The queue's default checksum pattern is lower-case hex md5, as the 2014 feeders send it."""
+CHUNK_BYTES = 1 << 20
+"""Read size: large enough that hashing dominates system calls, small enough to check the abort flag often."""
+TEMP_SUFFIX = ".dataq-tmp"
+"""Marks an unfinished copy; the leading dot hides it from ordinary listings."""
+TEMP_TOKEN_BYTES = 4
+"""Random bytes in a temporary name, so two attempts at one target never share a file."""
+TEMP_NAME_KEEP = 100
+"""Characters of the final name kept in a temporary name (a name may be 255 bytes; NAME_MAX must hold)."""
+LAYOUT_FIELDS: frozenset[str] = frozenset({"checksum", "checksum2", "date", "name", "size"})
+"""Placeholders of a storage layout: the record's checksum, its first two characters, the UTC date it was pushed
+(``YYYYMMDD``, today if unknown), the source file's base name and its size."""
+# Hard links make publishing no-clobber; these errors mean the filesystem has none, so rename is used instead.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
+# What opening a directory component with O_NOFOLLOW reports for a symlink or a non-directory.
+_NOT_A_PLAIN_DIR = frozenset({errno.ELOOP, errno.ENOTDIR})
+
+T = TypeVar("T")
+
+
+class UnsafePath(ActionError):
+    """A target path would leave its root: ``..``, an absolute part, or a symlink on the way."""
+
+
+class SourceMismatch(ActionError):
+    """The source file is missing or its size or checksum differs from its record."""
+
+
+class CopyMismatch(ActionError):
+    """The copy read back differs from the record (bad disk, memory or network); nothing was published."""
+
+
+class StorageConflict(ActionError):
+    """The target name already holds different data; it is left alone for an operator to look at."""
+
+
+class Aborted(ActionError):
+    """The caller stopped waiting (timeout, shutdown); the thread stopped and cleaned up."""
+
+
+# --- checksums ----------------------------------------------------------------------------------------------
+
+
+def check_algorithm(algorithm: str) -> str:
+    """``algorithm`` if hashlib knows it (ValueError otherwise, which the options loader reports)."""
+    if algorithm not in hashlib.algorithms_available:
+        known = ", ".join(sorted(hashlib.algorithms_guaranteed))
+        raise ValueError(f"unknown checksum algorithm {algorithm!r}; use one of {known}")
+    return algorithm
+
+
+def _hash_fd(fd: int, algorithm: str, abort: threading.Event | None) -> tuple[str, int]:
+    digest = hashlib.new(algorithm)
+    total = 0
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, CHUNK_BYTES):
+        if abort is not None and abort.is_set():
+            raise Aborted("checksum aborted")
+        digest.update(chunk)
+        total += len(chunk)
+    return digest.hexdigest(), total
+
+
+def checksum_file_sync(path: str, algorithm: str = DEFAULT_ALGORITHM, abort: threading.Event | None = None
+                       ) -> tuple[str, int]:
+    """(hex digest, bytes read) of the file at ``path``, read in chunks."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _hash_fd(fd, algorithm, abort)
+    finally:
+        os.close(fd)
+
+
+async def in_thread(func: Callable[[threading.Event], T]) -> T:
+    """Run ``func(abort)`` in a worker thread; if the caller is cancelled, set ``abort`` so the thread stops too."""
+    abort = threading.Event()
+    try:
+        return await asyncio.to_thread(func, abort)
+    except asyncio.CancelledError:
+        abort.set()
+        raise
+
+
+async def checksum_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> tuple[str, int]:
+    """(hex digest, size) of the file at ``path``, computed off the event loop."""
+    return await in_thread(lambda abort: checksum_file_sync(path, algorithm, abort))
+
+
+def matches(digest: str, record: Record) -> bool:
+    # Hex is case-insensitive; a queue's checksum pattern may allow upper case.
+    return digest.lower() == record.checksum.lower()
+
+
+def check_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None) -> None:
+    """Raise SourceMismatch unless the record's file exists with the record's size and checksum."""
+    try:
+        size = os.stat(record.path).st_size
+        if size != record.size:
+            raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
+        digest, read = checksum_file_sync(record.path, algorithm, abort)
+    except FileNotFoundError as exc:
+        raise SourceMismatch(f"source file {record.path} does not exist") from exc
+    except OSError as exc:
+        raise SourceMismatch(f"cannot read source file {record.path}: {exc.strerror or exc}") from exc
+    _check_read(record, digest, read)
+
+
+def _check_read(record: Record, digest: str, read: int) -> None:
+    if read != record.size:
+        raise SourceMismatch(f"source file {record.path} changed while read: {read} bytes, record says {record.size}")
+    if not matches(digest, record):
+        raise SourceMismatch(f"source file {record.path} has checksum {digest}; its record says {record.checksum}")
+
+
+# --- path templates -----------------------------------------------------------------------------------------
+
+
+def check_template(template: str, fields: Collection[str], *, absolute: bool = False) -> str:
+    """``template`` if it only uses plain ``{field}`` placeholders of ``fields`` (ValueError otherwise).
+
+    No conversions, format specs, attribute or index access: a template can only paste record values, never
+    reach into objects. Whether a rendered path stays inside its root is checked on every render.
+    """
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"template {template!r} is malformed: {exc}") from exc
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in fields:
+            raise ValueError(f"template {template!r} uses {{{field}}}; the placeholders are: "
+                             f"{', '.join('{' + name + '}' for name in sorted(fields))}")
+        if spec or conversion:
+            raise ValueError(f"template {template!r}: placeholder {{{field}}} takes no format spec or conversion")
+    if template.startswith("/") != absolute:
+        raise ValueError(f"template {template!r} must {'' if absolute else 'not '}start with '/'")
+    return template
+
+
+_SAMPLE_VALUES = {"checksum": "0" * 32, "checksum2": "00", "date": "19700101", "name": "file", "size": "0",
+                  "relpath": "file"}
+
+
+def check_layout(template: str, fields: Collection[str] = LAYOUT_FIELDS, *, absolute: bool = False) -> str:
+    """:func:`check_template`, then refuse a template that leaves its root whatever the record (``../{name}``)."""
+    check_template(template, fields, absolute=absolute)
+    try:
+        render(template, _SAMPLE_VALUES, absolute=absolute)
+    except UnsafePath as exc:
+        raise ValueError(f"template {template!r}: {exc}") from exc
+    return template
+
+
+def record_values(record: Record, now: float | None = None) -> dict[str, str]:
+    """The values of :data:`LAYOUT_FIELDS` for ``record``."""
+    when = record.pushed_at if record.pushed_at is not None else (time.time() if now is None else now)
+    return {
+        "checksum": record.checksum,
+        "checksum2": record.checksum[:2],
+        "date": time.strftime("%Y%m%d", time.gmtime(when)),
+        "name": os.path.basename(record.path),
+        "size": str(record.size),
+    }
+
+
+def safe_parts(relative: str) -> tuple[str, ...]:
+    """The components of a relative path that stays beneath its root; UnsafePath otherwise."""
+    parts = tuple(relative.split("/"))
+    for part in parts:
+        if part in ("", ".", "..") or "\0" in part:
+            raise UnsafePath(f"path {relative!r} would leave its root (empty, '.' or '..' component)")
+    return parts
+
+
+def render(template: str, values: Mapping[str, str], *, absolute: bool = False) -> str:
+    """``template`` with ``values`` pasted in, checked to stay beneath its root (UnsafePath otherwise)."""
+    path = template.format_map(values)
+    if absolute:
+        if not path.startswith("/"):
+            raise UnsafePath(f"path {path!r} is not absolute")
+        safe_parts(path[1:])
+    else:
+        safe_parts(path)
+    return path
+
+
+# --- verified atomic store ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """Where a record's file is stored, and whether this call wrote it (False: it was already there)."""
+
+    path: str
+    copied: bool
+
+
+def open_beneath(root: str, parts: tuple[str, ...]) -> int:
+    """A descriptor of directory ``root/parts...``, created as needed, never following a symlink below ``root``.
+
+    Walking one component at a time with O_NOFOLLOW (instead of resolving the path, then opening it) leaves no
+    window in which a symlink swapped in could send the write elsewhere.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            try:
+                os.mkdir(part, dir_fd=fd)
+                os.fsync(fd)  # the new directory's entry must survive a crash, or so would not the file
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in _NOT_A_PLAIN_DIR:
+                    raise UnsafePath(f"{part!r} under {root} is a symlink or not a directory; refusing") from exc
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _existing(dir_fd: int, name: str, shown: str, record: Record, algorithm: str,
+              abort: threading.Event | None) -> bool:
+    """True if ``name`` already holds the record's data; False if absent; StorageConflict/UnsafePath otherwise."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{shown} is a symlink; refusing to use it") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StorageConflict(f"{shown} exists and is not a regular file")
+        if info.st_size != record.size:
+            raise StorageConflict(f"{shown} exists with {info.st_size} bytes; record {record.id} has {record.size}")
+        digest, _ = _hash_fd(fd, algorithm, abort)
+    finally:
+        os.close(fd)
+    if not matches(digest, record):
+        raise StorageConflict(f"{shown} exists with checksum {digest}, not the record's {record.checksum}")
+    return True
+
+
+def _copy_into(dir_fd: int, temp: str, record: Record, algorithm: str, abort: threading.Event | None) -> None:
+    """Copy the source into ``temp`` (created new), hashing what is read; SourceMismatch if it is not the record's."""
+    try:
+        source = os.open(record.path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise SourceMismatch(f"source file {record.path} does not exist") from exc
+    try:
+        size = os.fstat(source).st_size
+        if size != record.size:
+            raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
+        target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        with open(target, "wb", closefd=True) as out:
+            digest = hashlib.new(algorithm)
+            read = 0
+            while chunk := os.read(source, CHUNK_BYTES):
+                if abort is not None and abort.is_set():
+                    raise Aborted(f"copy of {record.path} aborted")
+                digest.update(chunk)
+                read += len(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+            # Drop the cached pages so the verification below reads what the disk holds, not our own buffers
+            # (advice only: a filesystem may ignore it).
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(source)
+    _check_read(record, digest.hexdigest(), read)
+
+
+def _verify_copy(dir_fd: int, temp: str, shown: str, record: Record, algorithm: str,
+                 abort: threading.Event | None) -> None:
+    fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        digest, size = _hash_fd(fd, algorithm, abort)
+    finally:
+        os.close(fd)
+    if size != record.size or not matches(digest, record):
+        raise CopyMismatch(f"copy of {record.path} to {shown} read back {size} bytes with checksum {digest}; "
+                           f"the record says {record.size} bytes, {record.checksum}")
+
+
+def _publish(dir_fd: int, temp: str, name: str) -> bool:
+    """Give ``temp`` its final ``name`` atomically; False if ``name`` appeared meanwhile (``temp`` is kept)."""
+    try:
+        # A hard link never replaces an existing file (rename would), so a conflicting file is never clobbered.
+        os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        if _lexists(dir_fd, name):
+            return False
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return True
+    os.unlink(temp, dir_fd=dir_fd)
+    return True
+
+
+def _lexists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _unlink_quietly(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def remove_source_sync(path: str) -> None:
+    """Delete the source file and make that durable; a file already gone is fine (a retried record)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ActionError(f"cannot remove source file {path}: {exc.strerror or exc}") from exc
+    try:
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ActionError(f"removed source file {path}, but cannot sync its directory: {exc.strerror}") from exc
+
+
+def store_sync(record: Record, root: str, relative: str, *, algorithm: str = DEFAULT_ALGORITHM,
+               verify: bool = True, remove_source: bool = False, abort: threading.Event | None = None) -> Stored:
+    """Store the record's file at ``root/relative``, verified; see :func:`store`."""
+    *dirs, name = safe_parts(relative)
+    shown = os.path.join(root, relative)
+    try:
+        dir_fd = open_beneath(root, tuple(dirs))
+    except FileNotFoundError as exc:
+        raise ActionError(f"storage root {root} or a directory in it does not exist") from exc
+    except OSError as exc:
+        raise _failure(exc, record, shown) from exc
+    try:
+        copied = not _existing(dir_fd, name, shown, record, algorithm, abort)
+        if copied:
+            _store_new(dir_fd, name, shown, record, algorithm, verify, abort)
+        elif remove_source and os.path.lexists(record.path):
+            # Already stored (a retry): the source may only go if it really is the data we hold.
+            check_source_sync(record, algorithm, abort)
+    except OSError as exc:
+        raise _failure(exc, record, shown) from exc
+    finally:
+        os.close(dir_fd)
+    if remove_source:
+        remove_source_sync(record.path)
+    return Stored(shown, copied)
+
+
+def _failure(exc: OSError, record: Record, shown: str) -> ActionError:
+    if exc.errno == errno.ENOSPC:
+        return ActionError(f"no space left on the device of {shown} ({record.size} bytes to store)")
+    return ActionError(f"cannot store {record.path} as {shown}: {exc.strerror or exc}")
+
+
+def _store_new(dir_fd: int, name: str, shown: str, record: Record, algorithm: str, verify: bool,
+               abort: threading.Event | None) -> None:
+    temp = _temp_name(name)
+    try:
+        _copy_into(dir_fd, temp, record, algorithm, abort)
+        if verify:
+            _verify_copy(dir_fd, temp, shown, record, algorithm, abort)
+        if not _publish(dir_fd, temp, name):
+            # Another worker stored the same name meanwhile; it is fine only if it holds our data.
+            _existing(dir_fd, name, shown, record, algorithm, abort)
+        os.fsync(dir_fd)
+    finally:
+        _unlink_quietly(dir_fd, temp)
+    _remove_stale_temps(dir_fd, name)
+
+
+def _temp_name(name: str) -> str:
+    return f".{name[:TEMP_NAME_KEEP]}.{secrets.token_hex(TEMP_TOKEN_BYTES)}{TEMP_SUFFIX}"
+
+
+def _remove_stale_temps(dir_fd: int, name: str) -> None:
+    """Delete what crashed copies of ``name`` left behind, now that ``name`` is stored.
+
+    Only one worker runs a record at a time; should a worker presumed dead still be copying, losing its
+    temporary file only makes its attempt fail, never a stored file wrong.
+    """
+    prefix, length = f".{name[:TEMP_NAME_KEEP]}.", len(_temp_name(name))
+    for entry in os.listdir(dir_fd):
+        if len(entry) == length and entry.startswith(prefix) and entry.endswith(TEMP_SUFFIX):
+            _unlink_quietly(dir_fd, entry)
+
+
+async def store(record: Record, root: str, relative: str, *, algorithm: str = DEFAULT_ALGORITHM,
+                verify: bool = True, remove_source: bool = False) -> Stored:
+    """Copy the record's file to ``root/relative`` unless it is already there, off the event loop.
+
+    The source must have the record's size and checksum (SourceMismatch); the copy is written under a hidden
+    temporary name, fsynced, read back and checked when ``verify`` (CopyMismatch), then published atomically
+    without replacing anything, and the directory fsynced. A file already at the target with the record's
+    data is a success without a copy; with other data it is a StorageConflict. ``remove_source`` deletes the
+    source only once the stored copy is verified. Symlinks below ``root`` are refused (UnsafePath).
+    """
+    return await in_thread(lambda abort: store_sync(record, root, relative, algorithm=algorithm, verify=verify,
+                                                    remove_source=remove_source, abort=abort))

@@ -1,0 +1,151 @@
+"""Finding actions by name and building them from a queue's settings, so every mistake shows at start-up.
+
+An entry of a queue's ``actions`` list is one of:
+
+* ``name``: a built-in action (:data:`BUILTIN`) or one a site installs under the entry-point group
+  ``dataq.actions`` (``[options.entry_points] dataq.actions = disk_store = site.actions:DiskStore``);
+* ``name:argument``: the same, with an inline argument for the option the action names in ``inline_option``
+  (``sleep:0.5``);
+* ``module:Class`` (optionally ``module:Class:argument``): an Action subclass imported by path, for a site's
+  action that is not packaged (and for tests).
+
+The options of an entry come from the table named after it without its argument (``[queues.transfer.sleep]``;
+``[queues.transfer."site.mod:Class"]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from dataq.errors import ConfigError
+from dataq.settings import QueueSettings, Settings
+from dataq.settings_base import load_options
+
+from .base import Action
+from .testing import EchoAction, FailAction, NoopAction, SleepAction
+
+ENTRY_POINT_GROUP = "dataq.actions"
+BUILTIN: Mapping[str, type[Action[Any]]] = {
+    cls.name: cls for cls in (EchoAction, NoopAction, FailAction, SleepAction)
+}
+"""Actions that need no entry point (a fresh checkout run without installing still finds them)."""
+
+_INLINE_TYPES: Mapping[Any, type] = {int: int, float: float, str: str}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """One parsed entry of a queue's ``actions`` list."""
+
+    entry: str
+    """The entry as written."""
+    cls: type[Action[Any]]
+    options_key: str
+    """The name of the entry's options table under the queue."""
+    argument: str | None
+
+
+def load_actions(queue: QueueSettings, settings: Settings) -> list[Action[Any]]:
+    """Build the queue's actions, in order, with their options checked; raises ConfigError naming the key."""
+    prefix = f"queues.{queue.name}"
+    specs = [resolve(entry, prefix, settings.source) for entry in queue.actions]
+    used = {spec.options_key for spec in specs}
+    for key in queue.action_options:
+        if key not in used:
+            raise _error(settings.source, f"{prefix}.{key}: options for {key!r}, which names no action here")
+    actions: list[Action[Any]] = []
+    for spec in specs:
+        table = dict(queue.action_options.get(spec.options_key, {}))
+        if spec.argument is not None:
+            table.update(_inline(spec, table, prefix, settings.source))
+        options = load_options(spec.cls.Options, table, f"{prefix}.{spec.options_key}", settings.source)
+        actions.append(spec.cls(options, queue=queue, settings=settings))
+    return actions
+
+
+def resolve(entry: str, prefix: str = "queues", source: str | None = None) -> ActionSpec:
+    """Find the class an ``actions`` entry names (without building it)."""
+    name, _, argument = entry.partition(":")
+    found = _by_name(name, prefix, source)
+    if found is not None:
+        return ActionSpec(entry, found, name, argument or None)
+    if not argument:
+        known = ", ".join(sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}))
+        raise _error(source, f"{prefix}.actions: unknown action {entry!r}; the actions installed are: {known} "
+                             "(or give a module:Class path)")
+    class_name, _, argument = argument.partition(":")
+    return ActionSpec(entry, _import(name, class_name, entry, prefix, source), f"{name}:{class_name}", argument or None)
+
+
+def _by_name(name: str, prefix: str, source: str | None) -> type[Action[Any]] | None:
+    builtin = BUILTIN.get(name)
+    # Only the entry point asked for is loaded: a broken plugin must not stop queues that do not use it.
+    points = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not points:
+        return builtin
+    loaded = {_load_entry_point(ep, prefix, source) for ep in points}
+    if builtin is not None:
+        loaded.add(builtin)
+    if len(loaded) > 1:
+        targets = ", ".join(sorted(f"{cls.__module__}:{cls.__qualname__}" for cls in loaded))
+        raise _error(source, f"{prefix}.actions: action name {name!r} is ambiguous; it names {targets}")
+    return loaded.pop()
+
+
+def _load_entry_point(ep: EntryPoint, prefix: str, source: str | None) -> type[Action[Any]]:
+    try:
+        target = ep.load()
+    except Exception as exc:
+        raise _error(source, f"{prefix}.actions: action {ep.name!r} ({ep.value}) cannot be loaded: {exc}") from exc
+    return _checked(target, ep.value, prefix, source)
+
+
+def _import(module_name: str, class_name: str, entry: str, prefix: str, source: str | None) -> type[Action[Any]]:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _error(source, f"{prefix}.actions: unknown action {entry!r}: no action named {module_name!r} and "
+                             f"no module to import ({exc})") from exc
+    target = getattr(module, class_name, None)
+    if target is None:
+        raise _error(source, f"{prefix}.actions: module {module_name!r} has no {class_name!r} (from {entry!r})")
+    return _checked(target, entry, prefix, source)
+
+
+def _checked(target: object, where: str, prefix: str, source: str | None) -> type[Action[Any]]:
+    if not (isinstance(target, type) and issubclass(target, Action)):
+        raise _error(source, f"{prefix}.actions: {where} is not a subclass of dataq.actions.Action")
+    if not dataclasses.is_dataclass(target.Options):
+        raise _error(source, f"{prefix}.actions: the Options of {where} is not a dataclass")
+    return target
+
+
+def _inline(spec: ActionSpec, table: Mapping[str, Any], prefix: str, source: str | None) -> dict[str, Any]:
+    """The option an inline argument sets, converted to the option's type."""
+    option = spec.cls.inline_option
+    key = f"{prefix}.actions"
+    if option is None:
+        raise _error(source, f"{key}: action {spec.cls.name or spec.options_key!r} takes no inline argument "
+                             f"(in {spec.entry!r}); set its options in [{prefix}.{spec.options_key}]")
+    if option in table:
+        raise _error(source, f"{key}: {spec.entry!r} and {prefix}.{spec.options_key}.{option} both set {option!r}")
+    hint = typing.get_type_hints(spec.cls.Options).get(option)
+    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    convert = _INLINE_TYPES.get(args[0] if len(args) == 1 else hint)
+    if convert is None:
+        raise _error(source, f"{key}: the inline option {option!r} of {spec.entry!r} has no simple type")
+    assert spec.argument is not None
+    try:
+        return {option: convert(spec.argument)}
+    except ValueError as exc:
+        raise _error(source, f"{key}: in {spec.entry!r}, {spec.argument!r} is not a valid {option} "
+                             f"({convert.__name__} expected)") from exc
+
+
+def _error(source: str | None, message: str) -> ConfigError:
+    return ConfigError(f"{source or 'settings'}: {message}")

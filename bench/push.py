@@ -1,0 +1,184 @@
+"""Push throughput: feeders -> ``dataq push`` -> Redis (AOF, fsync always), all on loopback.
+
+Starts a private redis-server (``appendfsync always``: every acknowledged record is on disk) in a temporary
+directory and the push daemon as a subprocess (``dataq push``, so it has a core of its own and the feeders do
+not share its interpreter), then feeds unique records with :class:`dataq.feeder.Feeder` from this process
+(1 or 4 feeders as asyncio tasks, each on its own connection) with windows of 1, 100, 1,000 and 10,000 records
+in flight. Lines are formatted before the clock starts; the clock stops when the last reply is in. Every cell
+checks that every record came back ``Pushed``.
+
+    .venv/bin/python bench/push.py            # full run: 3 rounds over every cell (under a minute)
+    .venv/bin/python bench/push.py --quick    # fewer records per cell (a few seconds)
+
+The machine's other load shows in the rates (the load average is printed); the CPU time per record of each
+process is steadier and says where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dataq.feeder import Feeder
+from dataq.redis_server import EmbeddedRedis, free_port
+from dataq.store import QueueStore
+
+QUEUE = "transfer"
+WINDOWS = (1, 100, 1_000, 10_000)
+FEEDERS = (1, 4)
+RECORDS_FULL = {1: 5_000, 100: 100_000, 1_000: 200_000, 10_000: 200_000}
+RECORDS_QUICK = {1: 1_000, 100: 20_000, 1_000: 40_000, 10_000: 40_000}
+STARTUP_TIMEOUT = 20.0
+LOAD_BEFORE = ", ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
+def lines(start: int, count: int) -> list[bytes]:
+    """Record lines shaped like the 2014 seed's data, with unique md5-shaped ids."""
+    return [
+        b"/noao-tuc-z1/mtn/20140708/ct15m/smarts/c15e_140708_%09d_ori.fits.fz %032x %d\n" % (n, n, 9922 + n)
+        for n in range(start, start + count)
+    ]
+
+
+def dataq_command() -> list[str]:
+    script = shutil.which("dataq", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-c", "from dataq.cli.main import main; main()"]
+
+
+@contextlib.contextmanager
+def push_daemon(workdir: Path, redis_url: str) -> Iterator[tuple[int, int]]:
+    """``dataq push`` on a free port: yields (port, pid)."""
+    port = free_port()
+    config = workdir / "dataq.toml"
+    config.write_text(
+        f'data_dir = "{workdir}"\n[redis]\nurl = "{redis_url}"\n[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
+        f'format = "json"\n[push]\nport = {port}\n[queues.{QUEUE}]\nmax_queue_size = 10000000\n'
+    )
+    with open(workdir / "push.stderr", "wb") as stderr:
+        process = subprocess.Popen([*dataq_command(), "push", "--config", str(config)], stdout=subprocess.DEVNULL,
+                                   stderr=stderr)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"dataq push exited with {process.returncode}; see {workdir / 'push.stderr'}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("dataq push did not start") from None
+                time.sleep(0.05)
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Cell:
+    rate: float
+    cpu: tuple[float, float, float]
+    """CPU microseconds per record: daemon, redis-server, feeders."""
+
+
+async def measure(port: int, pids: tuple[int, int], window: int, feeders: int, start: int, count: int) -> Cell:
+    per_feeder = count // feeders
+    batches = [lines(start + i * per_feeder, per_feeder) for i in range(feeders)]
+    runs = [Feeder("127.0.0.1", port, window=window, keep_replies=False) for _ in range(feeders)]
+    cpu_before = (cpu_seconds(pids[0]), cpu_seconds(pids[1]), time.process_time())
+    began = time.perf_counter()
+    results = await asyncio.gather(*(feeder.feed(batch) for feeder, batch in zip(runs, batches, strict=True)))
+    elapsed = time.perf_counter() - began
+    cpu_after = (cpu_seconds(pids[0]), cpu_seconds(pids[1]), time.process_time())
+    pushed = sum(result.pushed for result in results)
+    if pushed != per_feeder * feeders:
+        raise SystemExit(f"only {pushed} of {per_feeder * feeders} records came back Pushed: {results}")
+    cpu = tuple((after - before) / pushed * 1e6 for before, after in zip(cpu_before, cpu_after, strict=True))
+    return Cell(pushed / elapsed, cpu)  # type: ignore[arg-type]
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    redis_version = subprocess.run(["redis-server", "--version"], check=False, capture_output=True,
+                                   text=True).stdout.split()
+    version = next((word.split("=")[1] for word in redis_version if word.startswith("v=")), "?")
+    return (f"{os.cpu_count()} CPUs ({model}), Linux {platform.release()}, Python {platform.python_version()}, "
+            f"redis-server {version}")
+
+
+async def run(quick: bool, repeat: int) -> None:
+    counts = RECORDS_QUICK if quick else RECORDS_FULL
+    cells: dict[tuple[int, int], list[Cell]] = {(w, f): [] for w in WINDOWS for f in FEEDERS}
+    with tempfile.TemporaryDirectory(prefix="dataq-bench-") as tmp:
+        workdir = Path(tmp)
+        redis = EmbeddedRedis(workdir / "redis", port=0, appendfsync="always")
+        redis.start()
+        assert redis.pid is not None
+        store = QueueStore.from_url(redis.url, QUEUE)
+        try:
+            with push_daemon(workdir, redis.url) as (port, daemon_pid):
+                start = 0
+                for round_ in range(repeat):
+                    for window in WINDOWS:
+                        for feeders in FEEDERS:
+                            cell = await measure(port, (daemon_pid, redis.pid), window, feeders, start, counts[window])
+                            cells[window, feeders].append(cell)
+                            start += counts[window]
+                            await store.clear()  # every cell starts from an empty queue
+                            print(f"  round {round_ + 1}: window {window:>6,} x {feeders} feeder(s): "
+                                  f"{cell.rate:>10,.0f} records/s", file=sys.stderr)
+        finally:
+            await store.close()
+            redis.stop()
+    print(f"\npush throughput, records/s: median (best) of {repeat} rounds; {'quick' if quick else 'full'} run, "
+          "records per cell: " + ", ".join(f"window {w:,}: {n:,}" for w, n in counts.items()))
+    print(f"machine: {machine()}; load average before the run: {LOAD_BEFORE}")
+    print("measured: unique records fed over loopback TCP to `dataq push` (a subprocess) -> Redis (AOF, fsync always),")
+    print("          from the first line sent to the last reply received; every reply checked to be Pushed\n")
+    cpu_title = "CPU µs/record (1 feeder): daemon / redis / feeder"
+    print(f"| {'window':>8} | " + " | ".join(f"{f} feeder{'s' if f > 1 else ''}".rjust(19) for f in FEEDERS)
+          + f" | {cpu_title} |")
+    print(f"|{'-' * 10}|" + "|".join("-" * 21 for _ in FEEDERS) + f"|{'-' * (len(cpu_title) + 2)}|")
+    for window in WINDOWS:
+        row = []
+        for feeders in FEEDERS:
+            rates = sorted(cell.rate for cell in cells[window, feeders])
+            row.append(f"{statistics.median(rates):>9,.0f} ({rates[-1]:>7,.0f})")
+        cpu = [statistics.median(cell.cpu[i] for cell in cells[window, 1]) for i in range(3)]
+        costs = f"{cpu[0]:.1f} / {cpu[1]:.1f} / {cpu[2]:.1f}"
+        print(f"| {window:>8,} | " + " | ".join(row) + f" | {costs:>{len(cpu_title)}} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records per cell")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds over every cell (default 3)")
+    args = parser.parse_args()
+    asyncio.run(run(args.quick, args.repeat))
+
+
+if __name__ == "__main__":
+    main()

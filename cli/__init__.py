@@ -1,0 +1,1 @@
+"""Command-line entry points: ``dataq`` (the daemons) and ``dataq-cli`` (the operator's console)."""

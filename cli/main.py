@@ -1,0 +1,168 @@
+"""``dataq``: run the daemons. ``dataq push|pop|run|feed --config FILE``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import click
+from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
+
+from dataq import __version__
+from dataq.errors import ConfigError, DataqError
+from dataq.logs import configure_logging
+from dataq.settings import Settings
+
+
+def _logging(settings: Settings, component: str) -> None:
+    configure_logging(
+        component=component,
+        level=settings.log.level,
+        log_dir=settings.log.resolved_dir(settings.data_dir),
+        fmt=settings.log.format,
+    )
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> None:
+    try:
+        status = asyncio.run(coro)
+    except ConfigError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_CONFIG) from exc
+    except DataqError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_FAILURE) from exc
+    raise SystemExit(status or 0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "DATAQ"})
+@click.version_option(__version__, prog_name="dataq")
+def main() -> None:
+    """dataq: a resilient data queue. Feeders push file records over TCP; actions run on each record."""
+
+
+@main.command()
+@config_option
+@queue_option
+def push(config_path: str | None, queue_name: str | None) -> None:
+    """Run the push daemon: read records from TCP feeders into the queue."""
+    from dataq.push import run_push_daemon
+
+    settings = load_or_exit(config_path)
+    _logging(settings, "push")
+    _run(run_push_daemon(settings, settings.queue(queue_name).name))
+
+
+@main.command()
+@config_option
+@queue_option
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=None, help="Records run at once.")
+def pop(config_path: str | None, queue_name: str | None, concurrency: int | None) -> None:
+    """Run the pop daemon: claim records and run the queue's actions on them."""
+    from dataq.pop import run_pop_daemon
+
+    settings = load_or_exit(config_path)
+    _logging(settings, "pop")
+    _run(run_pop_daemon(settings, settings.queue(queue_name).name, concurrency=concurrency))
+
+
+@main.command()
+@config_option
+def run(config_path: str | None) -> None:
+    """Run the whole suite in the foreground: embedded Redis (if none is configured), push and pop daemons."""
+    from dataq.runner import run_suite
+
+    settings = load_or_exit(config_path)
+    _logging(settings, "run")
+    _run(run_suite(settings))
+
+
+@main.command()
+@config_option
+@queue_option
+@click.option("--host", default=None, help="Push daemon host (default: from the settings).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Push daemon port (default: settings).")
+@click.option(
+    "--scan",
+    "scan_dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Scan this directory tree and push every file, computing checksums.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Records sent but not yet acknowledged.",
+)
+@click.option("--tls-ca", default=None, help="CA file to verify a TLS push daemon.")
+@click.option("--tls-cert", default=None, help="Client certificate for mutual TLS.")
+@click.option("--tls-key", default=None, help="Client key for mutual TLS.")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), required=False)
+def feed(
+    config_path: str | None,
+    queue_name: str | None,
+    host: str | None,
+    port: int | None,
+    scan_dir: str | None,
+    window: int,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    file: str | None,
+) -> None:
+    """Send records to a push daemon: a FILE of record lines (- for stdin), or every file under --scan DIR."""
+    from dataq.feed_command import feed_command
+
+    settings = load_or_exit(config_path)
+    if (file is None) == (scan_dir is None):
+        raise click.UsageError("give either FILE or --scan DIR")
+    queue = settings.queue(queue_name).name
+    _run(
+        feed_command(
+            host=host or settings.push.host,
+            port=port or settings.push_port_for(queue),
+            file=file,
+            scan_dir=scan_dir,
+            window=window,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            rules=settings.queue(queue).rules,
+        )
+    )
+
+
+@main.command()
+@config_option
+def redis(config_path: str | None) -> None:
+    """Run the embedded redis-server in the foreground (for dataq-redis.service); a no-op with [redis] url set."""
+    from dataq.redis_service import run_embedded_redis
+
+    settings = load_or_exit(config_path)
+    _logging(settings, "redis")
+    _run(run_embedded_redis(settings))
+
+
+@main.command("notify-crash")
+@config_option
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to keep trying to send.")
+@click.argument("unit")
+def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:
+    """Mail the 'crashed' notice for a failed dataq unit (the units' OnFailure= hook)."""
+    from dataq.notify import main_crashed
+
+    config = ["--config", config_path] if config_path else []
+    raise SystemExit(main_crashed([*config, "--timeout", str(timeout), unit]))
+
+
+def _register_archive() -> None:
+    # The archive commands need pyspark only when they run, so registering them costs nothing without it.
+    from dataq.cli.archive import archive
+
+    main.add_command(archive)
+
+
+_register_archive()

@@ -1,0 +1,280 @@
+"""What ``dataq-cli`` prints: human text, or with ``--json`` one JSON document per switch per line (JSON Lines).
+
+Every JSON document starts with ``"switch"`` (the long option's name without dashes) and ``"queue"``; the other
+keys of each switch are fixed, so scripts can rely on them. Warnings and errors go to stderr as text in both
+forms, so stdout stays parseable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from dataq.record import Record, format_list_line
+from dataq.store import Event, Flag, Summary, Worker
+
+MOVE_MESSAGES = {
+    "advance": "Advanced {n} records to next-in-line",
+    "deactivate": "Deactivated {n} records",
+    "activate": "Activated {n} records",
+    "delete": "Deleted {n} records from the {which} queue",
+    "redo": "Reactivated {n} records",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Events per minute of the kinds --summary reports, and how much of the window the stream covered."""
+
+    per_minute: Mapping[str, float]
+    window: float
+    """Seconds asked for."""
+    covered: float
+    """Seconds the counted events actually span (less than ``window`` when the stream was trimmed or capped)."""
+
+    @property
+    def complete(self) -> bool:
+        return self.covered >= self.window
+
+
+def _when(timestamp: object) -> str:
+    if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+        return "-"
+    whole = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
+
+
+def record_doc(record: Record) -> dict[str, Any]:
+    return {
+        "checksum": record.checksum,
+        "path": record.path,
+        "size": record.size,
+        "pushed_at": record.pushed_at,
+        "source": record.source,
+    }
+
+
+def event_doc(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.event_id,
+        "time": event.time,
+        "kind": event.kind,
+        "record": event.record_id,
+        "detail": event.detail,
+    }
+
+
+def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
+    beat = worker.heartbeat or {}
+    at = beat.get("at")
+    return {
+        "worker": worker.worker_id,
+        "role": worker.info.get("role"),
+        "host": worker.info.get("host"),
+        "pid": worker.info.get("pid"),
+        "since": worker.info.get("started"),
+        "alive": worker.heartbeat is not None,
+        "heartbeat_age": round(now - at, 3) if isinstance(at, (int, float)) else None,
+        "done": beat.get("done"),
+        "failed": beat.get("failed"),
+        "running": beat.get("running"),
+    }
+
+
+class Renderer:
+    """Prints each switch's outcome for a person or, with ``as_json``, for a script."""
+
+    def __init__(self, queue: str, *, as_json: bool) -> None:
+        self.queue = queue
+        self.as_json = as_json
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    def _doc(self, switch: str, **fields: Any) -> None:
+        click.echo(json.dumps({"switch": switch, "queue": self.queue, **fields}))
+
+    def _text(self, text: str) -> None:
+        click.echo(text)
+
+    def warn(self, message: str) -> None:
+        click.echo(f"Warning: {message}", err=True)
+
+    # --- state changes ----------------------------------------------------------------------------------
+
+    def flag(self, flag: Flag, on: bool, previous: bool) -> None:
+        if self.as_json:
+            self._doc(flag.value, on=on, previous=previous)
+        else:
+            self._text(f"Turned {flag.value} {_on_off(on)} (it was {_on_off(previous)})")
+
+    def cleared(self, count: int) -> None:
+        if self.as_json:
+            self._doc("clear", cleared=count)
+        else:
+            self._text(f"Cleared {count} records")
+
+    def pushed(self, switch: str, record: Record, stored: bool, reply: str) -> None:
+        if self.as_json:
+            self._doc(switch, pushed=stored, record=record_doc(record))
+        else:
+            self._text(reply)
+
+    def loaded(self, file: str, loaded: int, duplicates: int) -> None:
+        if self.as_json:
+            self._doc("load", file=file, loaded=loaded, duplicates=duplicates)
+        else:
+            self._text(f"Loaded {loaded} records ({duplicates} duplicates ignored)")
+
+    def moved(self, switch: str, count: int, first: str | None = None, last: str | None = None,
+              which: str | None = None) -> None:
+        if self.as_json:
+            fields: dict[str, Any] = {"moved": count}
+            if first is not None:
+                fields.update(first=first, last=last)
+            if which is not None:
+                fields["list"] = which
+            self._doc(switch, **fields)
+        else:
+            self._text(MOVE_MESSAGES[switch].format(n=count, which=which))
+
+    # --- listings ---------------------------------------------------------------------------------------
+
+    def dumped(self, file: str, which: str, count: int) -> None:
+        if self.as_json:
+            self._doc("dump", file=file, list=which, records=count)
+        else:
+            self._text(f"Dumped {count} records of the {which} list to {file}")
+
+    def list_begin(self, which: str, offset: int, limit: int | None) -> None:
+        if self.as_json:
+            # The document is streamed: its records are written chunk by chunk as they are read.
+            head = json.dumps({"switch": "list", "queue": self.queue, "list": which, "offset": offset,
+                               "limit": limit})
+            click.echo(head[:-1] + ', "records": [', nl=False)
+
+    def list_chunk(self, records: Sequence[Record], written: int) -> None:
+        if not records:
+            return
+        if self.as_json:
+            body = ", ".join(json.dumps(record_doc(r)) for r in records)
+            click.echo((", " if written else "") + body, nl=False)
+        else:
+            click.echo("\n".join(format_list_line(r) for r in records))
+
+    def list_end(self, count: int) -> None:
+        if self.as_json:
+            click.echo(f'], "count": {count}}}')
+
+    def events(self, events: Iterable[Event]) -> None:
+        if self.as_json:
+            self._doc("events", events=[event_doc(e) for e in events])
+        else:
+            for event in events:
+                self.event(event)
+
+    def event(self, event: Event) -> None:
+        """One event as --follow sees it arrive."""
+        if self.as_json:
+            self._doc("follow", event=event_doc(event))
+        else:
+            detail = f"  {event.detail}" if event.detail else ""
+            self._text(f"{_when(event.time)}  {event.kind:<11} {event.record_id or '-'}{detail}")
+
+    def workers(self, workers: Sequence[Worker], now: float) -> None:
+        docs = [worker_doc(w, now) for w in workers]
+        if self.as_json:
+            self._doc("workers", workers=docs)
+            return
+        if not docs:
+            self._text(f"No worker is registered for queue {self.queue}")
+            return
+        header = ("WORKER", "HOST", "PID", "SINCE", "HEARTBEAT", "DONE", "FAILED", "RUNNING")
+        rows = [header] + [
+            (
+                str(d["worker"]),
+                _dash(d["host"]),
+                _dash(d["pid"]),
+                _when(d["since"]),
+                "expired" if not d["alive"] else
+                (f"{d['heartbeat_age']:.1f}s ago" if d["heartbeat_age"] is not None else "alive"),
+                _dash(d["done"]),
+                _dash(d["failed"]),
+                _dash(d["running"]),
+            )
+            for d in docs
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            self._text("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+    # --- reports ----------------------------------------------------------------------------------------
+
+    def info(self, server: Mapping[str, Any]) -> None:
+        if self.as_json:
+            self._doc("info", server=dict(server))
+        else:
+            width = max((len(key) for key in server), default=0)
+            for key, value in server.items():
+                self._text(f"{key + ':':<{width + 1}} {_dash(value)}")
+
+    def health(self, healthy: bool, reason: str, alive: int, registered: int) -> None:
+        if self.as_json:
+            self._doc("health", healthy=healthy, reason=reason, alive=alive, registered=registered)
+        else:
+            self._text(f"{'OK' if healthy else 'UNHEALTHY'}: {reason}")
+
+    def summary(self, summary: Summary, alive: int, rates: Rates) -> None:
+        if self.as_json:
+            self._doc(
+                "summary",
+                active=summary.active,
+                inactive=summary.inactive,
+                delayed=summary.delayed,
+                in_flight=summary.in_flight,
+                tracked=summary.tracked,
+                action=summary.action,
+                read=summary.read,
+                workers=summary.workers,
+                alive_workers=alive,
+                counters=summary.counters,
+                rates={
+                    **{f"{kind}_per_minute": round(value, 3) for kind, value in rates.per_minute.items()},
+                    "window_seconds": rates.window,
+                    "covered_seconds": round(rates.covered, 3),
+                    "complete": rates.complete,
+                },
+            )
+            return
+        per_minute = ", ".join(f"{value:.1f} {kind}" for kind, value in rates.per_minute.items())
+        span = (
+            f"over the last {rates.window:.0f} s"
+            if rates.complete
+            else f"over the last {rates.covered:.1f} s only: older events were trimmed from the stream"
+        )
+        lines = [
+            f"Queue {summary.queue}",
+            f"  active:    {summary.active}",
+            f"  inactive:  {summary.inactive}",
+            f"  in flight: {summary.in_flight}",
+            f"  delayed:   {summary.delayed} (waiting to retry)",
+            f"  tracked:   {summary.tracked} records",
+            f"  action:    {_on_off(summary.action)}",
+            f"  read:      {_on_off(summary.read)}",
+            f"  workers:   {alive} live ({summary.workers} registered)",
+            f"  rates:     {per_minute} per minute ({span})",
+        ]
+        self._text("\n".join(lines))
+
+
+def _on_off(on: bool) -> str:
+    return "on" if on else "off"
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)

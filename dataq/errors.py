@@ -1,0 +1,56 @@
+"""The one error hierarchy of dataq.
+
+Every error dataq raises on purpose derives from :class:`DataqError`, so a caller (the CLI, a daemon's main
+loop) can tell "dataq refused this, with a message for a person" from a bug. Errors of the libraries we use
+(redis-py, tomllib, OSError of subprocesses) are translated at the boundary where they happen.
+"""
+
+from __future__ import annotations
+
+
+class DataqError(Exception):
+    """Base class: something dataq refused or could not do, with a message meant for an operator."""
+
+
+class ConfigError(DataqError):
+    """The configuration file or an environment override is invalid (names the file, key and expectation)."""
+
+
+class InvalidRecord(DataqError):
+    """A record line or record field is malformed; the message names the field and what is wrong."""
+
+
+class StoreError(DataqError):
+    """The queue store refused an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """Redis cannot be reached (connection refused, lost, timed out, loading); retry with backoff."""
+
+
+class UnknownQueue(StoreError):
+    """A queue name that the configuration does not define."""
+
+
+class RangeError(StoreError):
+    """A range of ids (first-id .. last-id) cannot be applied: unknown id, wrong list or reversed."""
+
+
+class NotOwner(StoreError):
+    """A worker tried to settle a record that is no longer in its processing list (it was reclaimed)."""
+
+
+class EmbeddedRedisError(DataqError):
+    """The embedded redis-server could not be started, is missing, or its data directory is in use."""
+
+
+class ActionError(DataqError):
+    """An action failed on a record; the message says what failed. The record is retried or deactivated."""
+
+
+class ActionTimeout(ActionError):
+    """An action did not finish within its timeout."""
+
+
+class ProtocolError(DataqError):
+    """A peer broke the line protocol (over-long line, connection closed mid-reply, unexpected reply)."""

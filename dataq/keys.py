@@ -1,0 +1,140 @@
+"""Every Redis key and channel name dataq uses, built here and nowhere else.
+
+All of a queue's keys carry the queue name as a hash tag, ``dq:{NAME}:...``, so they share one Redis Cluster
+slot and every Lua script can touch them atomically. ``NAME`` is validated by the settings (letters, digits,
+``_``, ``-``, ``.``), so it can never contain ``{`` or ``}``.
+
+=====================  ======  ===========================================================  =================
+key                    type    what it holds                                                owner / lifetime
+=====================  ======  ===========================================================  =================
+``records``            hash    id -> stored record (``record.encode_stored``); every id      push adds, ack /
+                               tracked in active, inactive, delayed or a processing list.   delete / clear
+                               Its field count is the number of records tracked.            removes
+``active``             list    ids waiting to run: new on the left, next to run on the      push, claim,
+                               right (the seed's ``activeq``).                              fail, range ops
+``inactive``           list    ids that failed too often or were deactivated; newest on     fail, range ops
+                               the left (the seed's ``inactiveq``).
+``delayed``            zset    ids waiting out a retry delay, scored by due time (ms).     fail adds,
+                                                                                            promote moves
+                                                                                            them to active
+``errors``             hash    id -> action failures so far (absent = 0).                   fail; removed on
+                                                                                            ack/activate
+``lasterror``          hash    id -> the last failure's message.                            fail; as errors
+``crashes``            hash    id -> times its worker died while running it.                sweeper; as errors
+``flags``              hash    ``action`` and ``read`` -> ``on``/``off`` (absent = on).     CLI, push daemon;
+                                                                                            permanent
+``counters``           hash    monotonic totals: pushed, duplicate, claimed, done, failed,  scripts; permanent
+                               deactivated, ... (for metrics and rates)
+``events``             stream  one entry per event: ``k`` kind, ``id``, ``d`` detail;        scripts; trimmed
+                               trimmed to a configured length and age.                      by length and age
+``workers``            hash    worker id -> JSON (role, host, pid, started).                daemons register;
+                                                                                            sweeper removes
+``processing:<w>``     list    ids worker ``w`` has claimed and is running; newest left.    claim, ack, fail,
+                                                                                            sweeper deletes
+``heartbeat:<w>``      string  JSON stats of worker ``w``; expires after the heartbeat TTL: daemon, TTL
+                               its absence means the worker is dead.
+``lock:<name>``        string  a lease (token with TTL) for single-writer work.             holder, TTL
+=====================  ======  ===========================================================  =================
+
+Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes and ``work`` when
+records become runnable, so blocked daemons react at once instead of polling.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "dq"
+QUEUE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The key names of one queue."""
+
+    queue: str
+
+    def __post_init__(self) -> None:
+        if QUEUE_NAME_PATTERN.fullmatch(self.queue) is None:
+            raise ValueError(f"invalid queue name {self.queue!r}")
+
+    def _key(self, suffix: str) -> str:
+        return f"{PREFIX}:{{{self.queue}}}:{suffix}"
+
+    @property
+    def records(self) -> str:
+        return self._key("records")
+
+    @property
+    def active(self) -> str:
+        return self._key("active")
+
+    @property
+    def inactive(self) -> str:
+        return self._key("inactive")
+
+    @property
+    def delayed(self) -> str:
+        return self._key("delayed")
+
+    @property
+    def errors(self) -> str:
+        return self._key("errors")
+
+    @property
+    def lasterror(self) -> str:
+        return self._key("lasterror")
+
+    @property
+    def crashes(self) -> str:
+        return self._key("crashes")
+
+    @property
+    def flags(self) -> str:
+        return self._key("flags")
+
+    @property
+    def counters(self) -> str:
+        return self._key("counters")
+
+    @property
+    def events(self) -> str:
+        return self._key("events")
+
+    @property
+    def workers(self) -> str:
+        return self._key("workers")
+
+    @property
+    def notices(self) -> str:
+        """Pub/sub channel (not a key)."""
+        return self._key("notices")
+
+    def processing(self, worker: str) -> str:
+        return self._key(f"processing:{_checked_worker(worker)}")
+
+    def heartbeat(self, worker: str) -> str:
+        return self._key(f"heartbeat:{_checked_worker(worker)}")
+
+    def lock(self, name: str) -> str:
+        return self._key(f"lock:{_checked_worker(name)}")
+
+    def data_keys(self) -> tuple[str, ...]:
+        """The keys ``clear`` empties: the queue's records and their bookkeeping, not flags or workers."""
+        return (
+            self.records,
+            self.active,
+            self.inactive,
+            self.delayed,
+            self.errors,
+            self.lasterror,
+            self.crashes,
+        )
+
+
+def _checked_worker(worker: str) -> str:
+    if WORKER_ID_PATTERN.fullmatch(worker) is None:
+        raise ValueError(f"invalid worker id {worker!r}")
+    return worker

@@ -1,0 +1,157 @@
+"""Logging for every dataq process: structlog events rendered by the stdlib ``logging`` handlers.
+
+structlog builds the event (context variables, level, logger name, component, ISO UTC timestamp) and hands it
+to the stdlib root logger, whose handlers each render it their own way: JSON lines into
+``<log_dir>/<component>.log``, and a human console format or JSON lines on stderr. Records of other libraries
+(redis-py, asyncio) that log through stdlib ``logging`` pass the same chain, so every line of a file has the
+same shape.
+
+Callers bind what identifies their work with ``structlog.contextvars.bind_contextvars(queue=..., id=...)``
+or ``get_logger(queue=...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from dataq.errors import ConfigError
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("auto", "console", "json")
+DEFAULT_LEVEL = "info"
+DEFAULT_FORMAT = "auto"
+COMPONENT_PATTERN = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+COMPONENT_KEY = "component"
+SYSTEM_LOG_DIR = Path("/var/log/dataq")
+DATA_DIR_LOG_SUBDIR = "log"
+LOG_FILE_SUFFIX = ".log"
+LOG_FILE_ENCODING = "utf-8"
+# Our handlers carry these names so a second configure_logging replaces them instead of adding more.
+HANDLER_NAME_PREFIX = "dataq."
+CONSOLE_HANDLER_NAME = HANDLER_NAME_PREFIX + "console"
+FILE_HANDLER_NAME = HANDLER_NAME_PREFIX + "file"
+
+
+def configure_logging(
+    *, component: str, level: str = DEFAULT_LEVEL, log_dir: str | Path | None = None, fmt: str = DEFAULT_FORMAT
+) -> None:
+    """Route all logging of this process to stderr and, when ``log_dir`` is given, ``<log_dir>/<component>.log``.
+
+    ``fmt`` chooses the stderr rendering: ``console`` (for people), ``json`` (for journald and collectors) or
+    ``auto`` (console on a terminal, JSON otherwise). The file is always JSON lines. Calling it again replaces
+    the previous set-up. A log directory that cannot be written is reported on stderr and skipped.
+    """
+    if COMPONENT_PATTERN.fullmatch(component) is None:
+        raise ConfigError(f"log component {component!r} must match {COMPONENT_PATTERN.pattern}")
+    if level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"log level must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+
+    shared = _shared_processors(component)
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Loggers made before a (re)configuration must follow the new one; building one per call is cheap.
+        cache_logger_on_first_use=False,
+    )
+
+    root = logging.getLogger()
+    _remove_our_handlers(root)
+    root.setLevel(level.upper())
+    stream = sys.stderr
+    console = logging.StreamHandler(stream)
+    console.set_name(CONSOLE_HANDLER_NAME)
+    use_console_renderer = fmt == "console" or (fmt == "auto" and _isatty(stream))
+    console.setFormatter(_formatter(shared, json=not use_console_renderer, colors=_isatty(stream)))
+    root.addHandler(console)
+
+    if log_dir is not None:
+        path = Path(log_dir) / f"{component}{LOG_FILE_SUFFIX}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Watched: logrotate may move the file away, and we must follow with a new one.
+            file_handler = logging.handlers.WatchedFileHandler(path, encoding=LOG_FILE_ENCODING)
+        except OSError as exc:
+            get_logger().warning("cannot write the log file; logging to stderr only", path=str(path), error=str(exc))
+        else:
+            file_handler.set_name(FILE_HANDLER_NAME)
+            file_handler.setFormatter(_formatter(shared, json=True, colors=False))
+            root.addHandler(file_handler)
+
+
+def get_logger(**context: object) -> structlog.stdlib.BoundLogger:
+    """A logger carrying ``context`` in every event; it follows the configuration current when it logs."""
+    return structlog.stdlib.get_logger(**context)
+
+
+def default_log_dir(data_dir: str | Path, *, system_dir: str | Path = SYSTEM_LOG_DIR) -> Path:
+    """``system_dir`` (``/var/log/dataq``) when it exists or can be created and is writable, else ``<data_dir>/log``."""
+    system = Path(system_dir)
+    try:
+        system.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    else:
+        if os.access(system, os.W_OK | os.X_OK):
+            return system
+    return Path(os.path.abspath(data_dir)) / DATA_DIR_LOG_SUBDIR
+
+
+def _shared_processors(component: str) -> list[Processor]:
+    """What every event gets, whether it comes from structlog or from a stdlib logger."""
+
+    def add_component(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        event_dict.setdefault(COMPONENT_KEY, component)
+        return event_dict
+
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        add_component,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+
+
+def _formatter(shared: list[Processor], *, json: bool, colors: bool) -> structlog.stdlib.ProcessorFormatter:
+    renderer: list[Processor]
+    if json:
+        renderer = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    else:
+        # The console renderer formats exceptions itself, so format_exc_info must not run before it.
+        renderer = [structlog.dev.ConsoleRenderer(colors=colors)]
+    return structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+        foreign_pre_chain=shared,
+    )
+
+
+def _remove_our_handlers(root: logging.Logger) -> None:
+    for handler in list(root.handlers):
+        if (handler.get_name() or "").startswith(HANDLER_NAME_PREFIX):
+            root.removeHandler(handler)
+            handler.close()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False

@@ -1,0 +1,56 @@
+-- push_batch.lua: store new records and queue them on the left of the active list (last to run).
+-- A record whose id is already tracked (active, inactive, delayed or in flight) is a duplicate: not stored again,
+-- unless the stored value is byte for byte the one offered (same push time and source): that is this very write
+-- retried after its reply was lost, and it counts as pushed, so a retry never turns 'Pushed' into 'Ignored'.
+-- A retry (ARGV[2] > 0) must also not queue again a record its lost attempt stored and a worker has since
+-- finished: such a record is untracked again, but its 'pushed' event since the first attempt is still in the
+-- stream. Only retries pay for that scan; first attempts never read the stream.
+-- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
+-- ARGV[1] events max length (0 = keep no events)
+-- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
+-- ARGV[3], ARGV[4], ... pairs: record id, stored record value
+-- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
+--           write (still tracked, or already done), '0' duplicate; active list length after }
+local records, active, events, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local maxlen = tonumber(ARGV[1])
+-- The push time (µs) inside a stored value; with the id it names one write exactly.
+local function push_time(value) return string.match(value, '^[^%z]*%z[^%z]*%z([^%z]*)') or '' end
+local landed = {}
+local retrying = tonumber(ARGV[2]) > 0
+if retrying then
+  for _, entry in ipairs(redis.call('XRANGE', events, ARGV[2], '+')) do
+    local fields = entry[2]
+    if fields[2] == 'pushed' and fields[6] then landed[fields[4] .. ' ' .. fields[6]] = true end
+  end
+end
+local status = {}
+local fresh = {}
+local seen = {}
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  local repeated = seen[id]
+  seen[id] = true
+  if retrying and not repeated and landed[id .. ' ' .. push_time(ARGV[i + 1])]
+      and redis.call('HEXISTS', records, id) == 0 then
+    status[#status + 1] = '2'
+  elseif redis.call('HSETNX', records, id, ARGV[i + 1]) == 1 then
+    fresh[#fresh + 1] = id
+    status[#status + 1] = '1'
+    if maxlen > 0 then
+      redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'pushed', 'id', id, 'd', push_time(ARGV[i + 1]))
+    end
+  elseif not repeated and redis.call('HGET', records, id) == ARGV[i + 1] then
+    status[#status + 1] = '2'
+  else
+    status[#status + 1] = '0'
+    if maxlen > 0 then redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'duplicate', 'id', id) end
+  end
+end
+-- unpack() is limited by Lua's C stack, so push in chunks.
+for i = 1, #fresh, 1000 do
+  redis.call('LPUSH', active, unpack(fresh, i, math.min(i + 999, #fresh)))
+end
+if #fresh > 0 then redis.call('HINCRBY', counters, 'pushed', #fresh) end
+local duplicates = select(2, string.gsub(table.concat(status), '0', ''))
+if duplicates > 0 then redis.call('HINCRBY', counters, 'duplicate', duplicates) end
+return { table.concat(status), redis.call('LLEN', active) }

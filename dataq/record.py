@@ -1,0 +1,213 @@
+"""Records: what a feeder sends, what the queue tracks, and every text form they take.
+
+A record names one data file: its absolute ``path``, its ``checksum`` (the record's id: two records with the
+same checksum are the same data) and its ``size`` in bytes, plus when and from where it was pushed. This module
+is the only place that parses or formats records, so the daemons, the CLI and the tests agree on every form:
+
+* the wire/file text line ``<path> <checksum> <size>`` (the 2014 data-q's form; paths without whitespace);
+* the JSON object line ``{"path": ..., "checksum": ..., "size": ...}`` (any path, spaces included);
+* the list line ``<checksum> : path=<path>, size=<size>`` that ``dataq-cli --list`` prints;
+* the stored value kept in Redis (fields joined by NUL, which no validated field can contain).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataq.errors import InvalidRecord
+
+DEFAULT_CHECKSUM_PATTERN = r"[0-9a-f]{32}"
+"""Lower-case hex md5, as the original data-q's feeders send it."""
+
+MAX_PATH_LENGTH = 4096
+"""Linux PATH_MAX: a longer path cannot name a file."""
+
+MAX_SIZE = 2**63 - 1
+"""Largest file size any filesystem reports (signed 64-bit ``off_t``)."""
+
+JSON_KEYS = frozenset({"path", "checksum", "size"})
+_STORED_SEPARATOR = "\0"
+_DIGITS = re.compile(r"[0-9]+")
+_CLEAN_ID = re.compile(r"[^\s\x00-\x1f\x7f]+")
+"""Ids never hold whitespace or control characters, whatever the configured pattern: they are list entries,
+words of the wire's text form, and must never collide with the range scripts' tombstone."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One data file the queue tracks. ``checksum`` is the record's id."""
+
+    path: str
+    checksum: str
+    size: int
+    pushed_at: float | None = None
+    """Seconds since the epoch when Redis stored the record (None until stored)."""
+    source: str | None = None
+    """Who pushed it: a feeder's ``host:port``, ``cli``, ``load:<file>``..."""
+
+    @property
+    def id(self) -> str:
+        return self.checksum
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRules:
+    """How record fields are validated; the checksum pattern is configurable per queue."""
+
+    checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
+    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            compiled = re.compile(self.checksum_pattern)
+        except re.error as exc:
+            raise InvalidRecord(f"checksum pattern {self.checksum_pattern!r} is not a valid regex: {exc}") from exc
+        object.__setattr__(self, "compiled", compiled)
+
+    def check_checksum(self, checksum: str) -> str:
+        # One precompiled pattern in the common case; the per-character look only to explain a refusal.
+        if _CLEAN_ID.fullmatch(checksum) is None:
+            if not checksum:
+                raise InvalidRecord("checksum is empty")
+            raise InvalidRecord(f"checksum {checksum!r} contains whitespace or a control character")
+        if self.compiled.fullmatch(checksum) is None:
+            raise InvalidRecord(f"checksum {checksum!r} does not match the pattern {self.checksum_pattern!r}")
+        return checksum
+
+
+DEFAULT_RULES = RecordRules()
+
+
+def check_path(path: str) -> str:
+    if not path:
+        raise InvalidRecord("path is empty")
+    if not path.startswith("/"):
+        raise InvalidRecord(f"path {path!r} is not absolute (it must start with '/')")
+    if "\0" in path or "\n" in path or "\r" in path:
+        raise InvalidRecord("path contains a NUL, newline or carriage return")
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidRecord(f"path is {len(path)} characters long; at most {MAX_PATH_LENGTH} are allowed")
+    return path
+
+
+def check_size(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise InvalidRecord(f"size {size!r} is not an integer")
+    if size < 0:
+        raise InvalidRecord(f"size {size} is negative")
+    if size > MAX_SIZE:
+        raise InvalidRecord(f"size {size} is larger than {MAX_SIZE}")
+    return size
+
+
+def _parse_size_text(text: str) -> int:
+    if _DIGITS.fullmatch(text) is None:
+        if text.startswith("-") and _DIGITS.fullmatch(text[1:]):
+            raise InvalidRecord(f"size {text} is negative")
+        raise InvalidRecord(f"size {text!r} is not a non-negative integer")
+    return check_size(int(text))
+
+
+def make_record(path: str, checksum: str, size: int, rules: RecordRules = DEFAULT_RULES) -> Record:
+    """Build a validated record from typed fields (raises InvalidRecord)."""
+    return Record(
+        path=check_path(path),
+        checksum=rules.check_checksum(checksum),
+        size=check_size(size),
+    )
+
+
+def parse_line(line: str | bytes, rules: RecordRules = DEFAULT_RULES) -> Record:
+    """Parse one record line in either wire form; the line may still carry its ``\\n`` or ``\\r\\n``.
+
+    Raises InvalidRecord naming the field and what is wrong with it.
+    """
+    if isinstance(line, bytes):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRecord(
+                f"line is not valid UTF-8 (byte 0x{line[exc.start]:02x} at offset {exc.start})"
+            ) from exc
+    else:
+        text = line
+    text = text.rstrip("\r\n")
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidRecord("empty line; expected '<path> <checksum> <size>' or a JSON object")
+    if stripped.startswith("{"):
+        return _parse_json(stripped, rules)
+    fields = stripped.split()
+    if len(fields) != 3:
+        raise InvalidRecord(
+            f"expected 3 fields '<path> <checksum> <size>', got {len(fields)}"
+            + ("; use the JSON form for a path with spaces" if len(fields) > 3 else "")
+        )
+    path, checksum, size_text = fields
+    return Record(
+        path=check_path(path),
+        checksum=rules.check_checksum(checksum),
+        size=_parse_size_text(size_text),
+    )
+
+
+def _parse_json(text: str, rules: RecordRules) -> Record:
+    try:
+        obj: Any = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidRecord(f"invalid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise InvalidRecord("JSON record must be an object")
+    unknown = sorted(set(obj) - JSON_KEYS)
+    if unknown:
+        raise InvalidRecord(f"unknown JSON key {unknown[0]!r}; expected only {sorted(JSON_KEYS)}")
+    missing = sorted(JSON_KEYS - set(obj))
+    if missing:
+        raise InvalidRecord(f"JSON record lacks the key {missing[0]!r}")
+    path, checksum = obj["path"], obj["checksum"]
+    if not isinstance(path, str):
+        raise InvalidRecord(f"path {path!r} is not a string")
+    if not isinstance(checksum, str):
+        raise InvalidRecord(f"checksum {checksum!r} is not a string")
+    return make_record(path, checksum, obj["size"], rules)
+
+
+def format_line(record: Record) -> str:
+    """The line a feeder would send for this record (text form unless the path holds whitespace)."""
+    if any(ch.isspace() for ch in record.path):
+        return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
+    return f"{record.path} {record.checksum} {record.size}"
+
+
+def format_list_line(record: Record) -> str:
+    """The ``dataq-cli --list`` line: ``<checksum> : path=<path>, size=<size>``."""
+    return f"{record.checksum} : path={record.path}, size={record.size}"
+
+
+def encode_stored(record: Record, pushed_at: float, source: str) -> str:
+    """The value Redis keeps for a record (the checksum is the hash field, not part of the value).
+
+    The push time is kept to the microsecond: together with the source it makes the value of one write unique,
+    which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``).
+    """
+    if _STORED_SEPARATOR in source:
+        source = source.replace(_STORED_SEPARATOR, "?")
+    return _STORED_SEPARATOR.join((record.path, str(record.size), str(round(pushed_at * 1_000_000)), source))
+
+
+def decode_stored(checksum: str, value: str) -> Record:
+    """Inverse of :func:`encode_stored`; extra trailing fields (from a newer dataq) are ignored."""
+    parts = value.split(_STORED_SEPARATOR)
+    if len(parts) < 4:
+        raise InvalidRecord(f"stored record {checksum} is corrupt ({len(parts)} fields)")
+    path, size, pushed_us, source = parts[:4]
+    return Record(
+        path=path,
+        checksum=checksum,
+        size=int(size),
+        pushed_at=int(pushed_us) / 1_000_000,
+        source=source,
+    )

@@ -1,0 +1,319 @@
+"""The operator's view and levers: range moves, clear, summary, listing, dump and the event stream."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions as rexc
+
+from dataq.errors import StoreError
+from dataq.record import Record, decode_stored
+from dataq.store.base import StoreBase
+from dataq.store.connection import translate, translated
+from dataq.store.types import Event, Flag, QueueList, RecordState, Summary
+
+ACTIVATE_ALL_CHUNK = 10_000
+"""Records moved per script call by activate-all, so Redis is never blocked for long."""
+
+LIST_CHUNK = 1_000
+"""Records read per round trip when streaming a list."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventStreamInfo:
+    """How much history a queue's event stream holds (for rates that must say when they are partial)."""
+
+    length: int
+    first: Event | None
+    """The oldest event still kept (None when the stream is empty)."""
+    trimmed: bool | None
+    """Whether older events were trimmed away; None when the server cannot tell (Redis before 7.0)."""
+
+
+class AdminOps(StoreBase):
+    def _list_key(self, which: QueueList) -> str:
+        return self.keys.active if which is QueueList.ACTIVE else self.keys.inactive
+
+    async def _move_range(self, mode: str, source: QueueList, first: str, last: str) -> int:
+        k = self.keys
+        other = QueueList.INACTIVE if source is QueueList.ACTIVE else QueueList.ACTIVE
+        target = {
+            "advance": k.active,
+            "deactivate": k.inactive,
+            "activate": k.active,
+            "delete": k.active,
+        }[mode]
+        moved = await self._script(
+            "move_range",
+            [
+                self._list_key(source),
+                target,
+                k.records,
+                k.errors,
+                k.lasterror,
+                k.crashes,
+                self._list_key(other),
+                k.events,
+                k.counters,
+            ],
+            [mode, first, last, self.events_max_len, source.value, other.value],
+        )
+        return int(moved)
+
+    @translated
+    async def advance(self, first: str, last: str) -> int:
+        """Move active records first..last to the next-to-run end, keeping their order."""
+        return await self._move_range("advance", QueueList.ACTIVE, first, last)
+
+    @translated
+    async def deactivate(self, first: str, last: str) -> int:
+        """Move active records first..last to the inactive list."""
+        return await self._move_range("deactivate", QueueList.ACTIVE, first, last)
+
+    @translated
+    async def activate(self, first: str, last: str) -> int:
+        """Move inactive records first..last back to the active list with fresh error counts."""
+        return await self._move_range("activate", QueueList.INACTIVE, first, last)
+
+    @translated
+    async def delete(self, which: QueueList, first: str, last: str) -> int:
+        """Forget records first..last of the given list."""
+        return await self._move_range("delete", which, first, last)
+
+    @translated
+    async def activate_all(self) -> int:
+        """Move every inactive record back to the active list (the CLI's ``--redo``)."""
+        k = self.keys
+        total = 0
+        while True:
+            moved = int(
+                await self._script(
+                    "activate_all",
+                    [
+                        k.inactive,
+                        k.active,
+                        k.errors,
+                        k.lasterror,
+                        k.crashes,
+                        k.events,
+                        k.counters,
+                    ],
+                    [ACTIVATE_ALL_CHUNK, self.events_max_len],
+                )
+            )
+            total += moved
+            if moved < ACTIVATE_ALL_CHUNK:
+                return total
+
+    @translated
+    async def clear(self) -> int:
+        """Forget every record of the queue without running any action; returns how many."""
+        k = self.keys
+        workers: list[str] = await self.r.hkeys(k.workers)
+        data = [key for key in k.data_keys() if key != k.records]
+        keys = [
+            k.records,
+            k.events,
+            k.counters,
+            *data,
+            *(k.processing(w) for w in workers),
+        ]
+        return int(await self._script("clear", keys, [self.events_max_len]))
+
+    @translated
+    async def summary(self) -> Summary:
+        k = self.keys
+        pipe = self.r.pipeline(transaction=True)
+        pipe.llen(k.active)
+        pipe.llen(k.inactive)
+        pipe.zcard(k.delayed)
+        pipe.hlen(k.records)
+        pipe.hgetall(k.flags)
+        pipe.hlen(k.workers)
+        pipe.hgetall(k.counters)
+        (
+            active,
+            inactive,
+            delayed,
+            tracked,
+            flags,
+            workers,
+            counters,
+        ) = await pipe.execute()
+        return Summary(
+            queue=self.queue,
+            active=active,
+            inactive=inactive,
+            delayed=delayed,
+            in_flight=tracked - active - inactive - delayed,
+            tracked=tracked,
+            action=flags.get(Flag.ACTION.value, "on") != "off",
+            read=flags.get(Flag.READ.value, "on") != "off",
+            workers=workers,
+            counters={name: int(value) for name, value in counters.items()},
+        )
+
+    async def _records_for(self, ids: list[str]) -> list[Record]:
+        if not ids:
+            return []
+        values = await self.r.hmget(self.keys.records, ids)
+        return [decode_stored(i, v) for i, v in zip(ids, values, strict=True) if v is not None]
+
+    @translated
+    async def list_records(self, which: QueueList, offset: int = 0, limit: int | None = None) -> list[Record]:
+        """Records of a list in list order (active: newest first, next to run last)."""
+        if offset < 0 or (limit is not None and limit < 0):
+            raise StoreError("offset and limit must not be negative")
+        if limit == 0:
+            return []
+        end = -1 if limit is None else offset + limit - 1
+        ids: list[str] = await self.r.lrange(self._list_key(which), offset, end)
+        return await self._records_for(ids)
+
+    async def iter_records(self, which: QueueList | None, chunk: int = LIST_CHUNK) -> AsyncIterator[Record]:
+        """Stream a list in order (or, with ``which`` None, every tracked record in hash order).
+
+        Reads ``chunk`` records per round trip, so memory stays bounded whatever the queue's length. A list
+        that changes while it is streamed may yield a record twice or skip one that moved.
+        """
+        try:
+            if which is None:
+                cursor = 0
+                while True:
+                    cursor, batch = await self.r.hscan(self.keys.records, cursor, count=chunk)
+                    for record_id, value in batch.items():
+                        yield decode_stored(record_id, value)
+                    if cursor == 0:
+                        return
+            offset = 0
+            while True:
+                ids: list[str] = await self.r.lrange(self._list_key(which), offset, offset + chunk - 1)
+                for record in await self._records_for(ids):
+                    yield record
+                if len(ids) < chunk:
+                    return
+                offset += chunk
+        except (rexc.RedisError, OSError) as exc:
+            raise translate(exc) from exc
+
+    @translated
+    async def record_state(self, record_id: str) -> RecordState | None:
+        """Where a tracked record stands and its failure history; None if not tracked."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hget(k.records, record_id)
+        pipe.lpos(k.active, record_id)
+        pipe.lpos(k.inactive, record_id)
+        pipe.zscore(k.delayed, record_id)
+        pipe.hget(k.errors, record_id)
+        pipe.hget(k.crashes, record_id)
+        pipe.hget(k.lasterror, record_id)
+        (
+            value,
+            in_active,
+            in_inactive,
+            delay,
+            errors,
+            crashes,
+            last_error,
+        ) = await pipe.execute()
+        if value is None:
+            return None
+        where = (
+            "active"
+            if in_active is not None
+            else "inactive"
+            if in_inactive is not None
+            else "delayed"
+            if delay is not None
+            else "in-flight"
+        )
+        return RecordState(
+            decode_stored(record_id, value),
+            where,
+            int(errors or 0),
+            int(crashes or 0),
+            last_error,
+        )
+
+    @staticmethod
+    def _event(entry_id: str, fields: dict[str, str]) -> Event:
+        return Event(
+            event_id=entry_id,
+            time=int(entry_id.split("-", 1)[0]) / 1000,
+            kind=fields.get("k", ""),
+            record_id=fields.get("id", ""),
+            detail=fields.get("d", ""),
+        )
+
+    @translated
+    async def events(self, count: int = 20) -> list[Event]:
+        """The last ``count`` events, oldest first."""
+        entries = await self.r.xrevrange(self.keys.events, count=count)
+        return [self._event(entry_id, fields) for entry_id, fields in reversed(entries)]
+
+    @translated
+    async def events_after(self, last_id: str, block: float | None = None, count: int = 1000) -> list[Event]:
+        """Events after the stream id ``last_id`` (``$`` for only new ones), waiting up to ``block`` seconds."""
+        reply = await self.r.xread(
+            {self.keys.events: last_id},
+            count=count,
+            block=None if block is None else int(block * 1000),
+        )
+        return [self._event(entry_id, fields) for _, entries in reply for entry_id, fields in entries]
+
+    @translated
+    async def trim_events(self, max_age: float, now: float | None = None) -> int:
+        """Drop events older than ``max_age`` seconds."""
+        cutoff = int(((time.time() if now is None else now) - max_age) * 1000)
+        return int(await self.r.xtrim(self.keys.events, minid=f"{cutoff}-0", approximate=True))
+
+    @translated
+    async def counters(self) -> dict[str, int]:
+        values: dict[str, str] = await self.r.hgetall(self.keys.counters)
+        return {name: int(value) for name, value in values.items()}
+
+    @translated
+    async def server_info(self) -> dict[str, Any]:
+        """What the operator wants to know about the Redis server (``dataq-cli --info``)."""
+        info: dict[str, Any] = await self.r.info()
+        wanted = (
+            "redis_version",
+            "redis_mode",
+            "role",
+            "uptime_in_seconds",
+            "connected_clients",
+            "used_memory",
+            "used_memory_human",
+            "maxmemory",
+            "aof_enabled",
+            "aof_last_write_status",
+            "rdb_last_bgsave_status",
+            "loading",
+        )
+        result = {key: info[key] for key in wanted if key in info}
+        try:
+            config = await self.r.config_get("appendfsync")
+            result["appendfsync"] = config.get("appendfsync")
+        except rexc.ResponseError:
+            # Managed servers often rename or forbid CONFIG; the rest of the report still stands.
+            result["appendfsync"] = None
+        return result
+
+    @translated
+    async def event_stream_info(self) -> EventStreamInfo:
+        """The event stream's length, oldest event, and whether trimming has dropped any event."""
+        if not await self.r.exists(self.keys.events):
+            return EventStreamInfo(0, None, False)
+        info: dict[str, Any] = await self.r.xinfo_stream(self.keys.events)
+        first = info.get("first-entry")
+        added = info.get("entries-added")
+        length = int(info["length"])
+        return EventStreamInfo(
+            length=length,
+            first=self._event(first[0], first[1]) if first else None,
+            trimmed=None if added is None else int(added) > length,
+        )

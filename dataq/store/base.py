@@ -1,0 +1,40 @@
+"""What every part of the store shares: one client, one queue's keys, the loaded scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from dataq.keys import QueueKeys
+from dataq.store.connection import load_scripts
+
+DEFAULT_EVENTS_MAX_LEN = 100_000
+"""Events kept per queue when the settings say nothing (trimming is approximate, so a little more)."""
+
+
+class StoreBase:
+    """Holds the client, the queue's keys and its scripts; the operations live in the mixins."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        queue: str,
+        *,
+        events_max_len: int = DEFAULT_EVENTS_MAX_LEN,
+    ) -> None:
+        self.client = client
+        # redis-py types every reply as ``bytes | str`` whatever ``decode_responses`` says; this client always
+        # decodes, so commands go through an untyped alias and each method states the type it returns.
+        self.r: Any = client
+        self.queue = queue
+        self.keys = QueueKeys(queue)
+        self.events_max_len = events_max_len
+        self._scripts: dict[str, AsyncScript] = load_scripts(client)
+
+    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
+
+    async def close(self) -> None:
+        await self.client.aclose()

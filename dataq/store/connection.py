@@ -1,0 +1,114 @@
+"""Connecting to Redis, loading the Lua scripts, and turning redis-py errors into dataq errors.
+
+This is the boundary: nothing above the store sees a redis-py exception. A lost or refused connection, a
+timeout, or a server still loading its AOF all become :class:`~dataq.errors.StoreUnavailable`, which callers
+retry with backoff. redis-py's own retries are switched off: a script whose reply was lost may or may not have
+run, and only the caller knows whether re-running it is safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlparse
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+
+from dataq.errors import RangeError, StoreError, StoreUnavailable
+
+DEFAULT_SOCKET_TIMEOUT = 5.0
+URL_SCHEMES = ("redis", "rediss", "unix")
+SCRIPT_NAMES = (
+    "push_batch",
+    "claim",
+    "ack",
+    "fail",
+    "promote",
+    "reclaim",
+    "move_range",
+    "activate_all",
+    "clear",
+    "set_flag",
+    "heartbeat",
+    "release_lease",
+    "renew_lease",
+)
+_RANGE_ERROR_PREFIX = "DQRANGE "
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def connect(
+    url: str,
+    *,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+) -> aioredis.Redis:
+    """The one place a Redis client is built: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs."""
+    scheme = urlparse(url).scheme
+    if scheme not in URL_SCHEMES:
+        raise StoreError(f"Redis URL {url!r} must start with redis://, rediss:// or unix://")
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 30,
+    }
+    if scheme == "rediss":
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+        if ca_file:
+            options["ssl_ca_certs"] = ca_file
+        if cert_file:
+            options["ssl_certfile"] = cert_file
+        if key_file:
+            options["ssl_keyfile"] = key_file
+    try:
+        return aioredis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise StoreError(f"Redis URL {url!r} is invalid: {exc}") from exc
+
+
+def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
+    """Register every Lua script with the client (redis-py sends each by SHA, loading it on first use)."""
+    package = resources.files("dataq") / "lua"
+    return {name: client.register_script((package / f"{name}.lua").read_text()) for name in SCRIPT_NAMES}
+
+
+def translate(exc: Exception) -> Exception:
+    """The dataq error for a redis-py error (or the error itself when it is not one)."""
+    if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError)):
+        return StoreUnavailable(f"Redis is unavailable: {exc}")
+    if isinstance(exc, rexc.ResponseError):
+        message = str(exc)
+        if message.startswith(_RANGE_ERROR_PREFIX):
+            return RangeError(message[len(_RANGE_ERROR_PREFIX) :])
+        if message.startswith(("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
+            return StoreUnavailable(f"Redis is unavailable: {message}")
+        return StoreError(f"Redis refused the operation: {message}")
+    if isinstance(exc, rexc.RedisError):
+        return StoreError(f"Redis error: {exc}")
+    return exc
+
+
+def translated(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Decorate a store coroutine so redis-py errors leave it as dataq errors."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except (rexc.RedisError, OSError) as exc:
+            raise translate(exc) from exc
+
+    return wrapper

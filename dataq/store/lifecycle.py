@@ -1,0 +1,313 @@
+"""A record's life in the store: pushed, claimed, acknowledged or failed, reclaimed from dead workers.
+
+Every change that touches more than one key is one Lua script, so a crash of Redis, of a daemon, or of the
+network between them leaves each record in exactly one place: active, inactive, delayed or a processing list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.exceptions as rexc
+
+from dataq.record import Record, decode_stored, encode_stored
+from dataq.store.base import StoreBase
+from dataq.store.connection import translate, translated
+from dataq.store.types import (
+    Claim,
+    ClaimStatus,
+    FailOutcome,
+    Flag,
+    PushResult,
+    Reclaimed,
+    Worker,
+)
+
+NOTICE_WORK = "work"
+"""Published when records become runnable, so idle pop daemons claim at once instead of polling."""
+
+PROMOTE_BATCH = 1000
+RETRY_CLOCK_SKEW = 60.0
+"""Seconds a retried push looks back in the event stream before its push time: the stream is stamped by Redis's
+clock, the push time by the daemon's, and hosts' clocks differ."""
+
+
+def _now_ms(now: float | None) -> int:
+    return int((time.time() if now is None else now) * 1000)
+
+
+class LifecycleOps(StoreBase):
+    async def push_batch(self, records: Sequence[Record], source: str, now: float | None = None) -> PushResult:
+        """Store and queue each record whose id is not tracked yet, in one atomic step (group commit).
+
+        To retry a call whose outcome is unknown (StoreUnavailable), call again with the same records, source
+        and ``now``: records the lost attempt stored are then reported as pushed, not as duplicates.
+        """
+        return await self.push_records([(record, source) for record in records], now)
+
+    @translated
+    async def push_records(
+        self, items: Sequence[tuple[Record, str]], now: float | None = None, *, retry: bool = False
+    ) -> PushResult:
+        """:meth:`push_batch` with a source per record (the push daemon's group commit of many feeders).
+
+        One round trip: the script goes by its SHA inside the pipeline (redis-py's own script call would first
+        ask ``SCRIPT EXISTS``, a second round trip per batch), and is loaded only when Redis lost it (a
+        restart). Retry an unknown outcome with the same items and ``now`` and ``retry=True``: records the lost
+        attempt stored report as pushed, even those a worker has finished since (they are not queued again).
+        """
+        pushed_at = time.time() if now is None else now
+        since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
+        args: list[Any] = [self.events_max_len, since]
+        for record, source in items:
+            args.append(record.checksum)
+            args.append(encode_stored(record, pushed_at, source))
+        k = self.keys
+        keys = [k.records, k.active, k.events, k.counters]
+        script = self._scripts["push_batch"]
+        pipe = self.r.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.publish(k.notices, NOTICE_WORK)
+        reply = (await pipe.execute(raise_on_error=False))[0]
+        if isinstance(reply, rexc.NoScriptError):
+            # Nothing ran; the script call loads the script and runs it.
+            reply = await script(keys=keys, args=args)
+            await self.r.publish(k.notices, NOTICE_WORK)
+        elif isinstance(reply, Exception):
+            raise reply
+        status, length = reply
+        return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
+
+    @translated
+    async def claim(self, worker: str, max_count: int) -> Claim:
+        """Move up to ``max_count`` next-to-run records into the worker's processing list (never blocks)."""
+        k = self.keys
+        reply = await self._script(
+            "claim",
+            [
+                k.active,
+                k.processing(worker),
+                k.records,
+                k.flags,
+                k.events,
+                k.counters,
+                k.workers,
+            ],
+            [max_count, self.events_max_len, worker],
+        )
+        status = ClaimStatus(reply[0])
+        records = [decode_stored(reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
+        return Claim(status, records)
+
+    @translated
+    async def ack(self, worker: str, done: Sequence[tuple[str, str]]) -> list[bool]:
+        """Forget finished records; per (id, event detail): True, or False when the worker no longer owns it."""
+        if not done:
+            return []
+        k = self.keys
+        args: list[Any] = [self.events_max_len]
+        for record_id, detail in done:
+            args += [record_id, detail]
+        status = await self._script(
+            "ack",
+            [
+                k.processing(worker),
+                k.records,
+                k.errors,
+                k.lasterror,
+                k.crashes,
+                k.events,
+                k.counters,
+            ],
+            args,
+        )
+        return [ch == "1" for ch in status]
+
+    @translated
+    async def fail(
+        self,
+        worker: str,
+        failures: Sequence[tuple[str, str]],
+        *,
+        max_errors: int,
+        retry_delay: float = 0.0,
+    ) -> list[FailOutcome]:
+        """Count a failure per (id, message); retry, delay, or deactivate once max_errors is exceeded."""
+        if not failures:
+            return []
+        k = self.keys
+        due = _now_ms(None) + int(retry_delay * 1000) if retry_delay > 0 else 0
+        args: list[Any] = [self.events_max_len, max_errors, due]
+        for record_id, message in failures:
+            args += [record_id, message]
+        status = await self._script(
+            "fail",
+            [
+                k.processing(worker),
+                k.active,
+                k.inactive,
+                k.delayed,
+                k.errors,
+                k.lasterror,
+                k.events,
+                k.counters,
+            ],
+            args,
+        )
+        return [FailOutcome(ch) for ch in status]
+
+    @translated
+    async def promote_due(self, now: float | None = None) -> int:
+        """Move delayed records whose retry time has come back to the active list."""
+        k = self.keys
+        moved = int(await self._script("promote", [k.delayed, k.active], [_now_ms(now), PROMOTE_BATCH]))
+        if moved:
+            await self.r.publish(k.notices, NOTICE_WORK)
+        return moved
+
+    async def _reclaim(self, worker: str, mode: str, max_crashes: int) -> Reclaimed | None:
+        k = self.keys
+        returned, deactivated = await self._script(
+            "reclaim",
+            [
+                k.processing(worker),
+                k.active,
+                k.inactive,
+                k.crashes,
+                k.lasterror,
+                k.heartbeat(worker),
+                k.workers,
+                k.events,
+                k.counters,
+            ],
+            [self.events_max_len, worker, mode, max_crashes],
+        )
+        if returned < 0:
+            return None
+        if returned:
+            await self.r.publish(k.notices, NOTICE_WORK)
+        return Reclaimed(int(returned), int(deactivated))
+
+    @translated
+    async def release(self, worker: str) -> Reclaimed:
+        """The worker itself gives every record it holds back to the next-to-run end (graceful shutdown)."""
+        result = await self._reclaim(worker, "release", 0)
+        assert result is not None  # release mode never declines
+        return result
+
+    @translated
+    async def reclaim_dead(self, worker: str, max_crashes: int) -> Reclaimed | None:
+        """Give a dead worker's records back (None if its heartbeat is alive after all)."""
+        return await self._reclaim(worker, "crash", max_crashes)
+
+    @translated
+    async def dead_workers(self) -> list[str]:
+        """Registered workers whose heartbeat has expired."""
+        names: list[str] = await self.r.hkeys(self.keys.workers)
+        if not names:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(self.keys.heartbeat(name))
+        alive = await pipe.execute()
+        return [name for name, exists in zip(names, alive, strict=True) if not exists]
+
+    @translated
+    async def heartbeat(self, worker: str, info: dict[str, object], stats: dict[str, object], ttl: float) -> bool:
+        """Refresh the worker's heartbeat; True when it was not registered (first beat, or swept as dead)."""
+        k = self.keys
+        registered = await self._script(
+            "heartbeat",
+            [k.heartbeat(worker), k.workers],
+            [
+                worker,
+                int(ttl * 1000),
+                json.dumps(info),
+                json.dumps({**stats, "at": time.time()}),
+            ],
+        )
+        return bool(registered)
+
+    @translated
+    async def unregister(self, worker: str) -> None:
+        """Leave the registry (after release); the heartbeat goes with it."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hdel(self.keys.workers, worker)
+        pipe.delete(self.keys.heartbeat(worker))
+        await pipe.execute()
+
+    @translated
+    async def workers(self) -> list[Worker]:
+        registry: dict[str, str] = await self.r.hgetall(self.keys.workers)
+        names = sorted(registry)
+        beats = await self.r.mget([self.keys.heartbeat(n) for n in names]) if names else []
+        return [
+            Worker(name, json.loads(registry[name]), json.loads(beat) if beat else None)
+            for name, beat in zip(names, beats, strict=True)
+        ]
+
+    @translated
+    async def processing(self, worker: str) -> list[str]:
+        """Ids the worker holds, newest claim first."""
+        ids: list[str] = await self.r.lrange(self.keys.processing(worker), 0, -1)
+        return ids
+
+    @translated
+    async def set_flag(self, flag: Flag, on: bool, who: str = "cli") -> bool:
+        """Switch a flag and notify every daemon; returns the previous state."""
+        k = self.keys
+        previous = await self._script(
+            "set_flag",
+            [k.flags, k.events],
+            [flag.value, "on" if on else "off", self.events_max_len, k.notices, who],
+        )
+        return bool(previous == "on")
+
+    @translated
+    async def flags(self) -> dict[Flag, bool]:
+        values: dict[str, str] = await self.r.hgetall(self.keys.flags)
+        return {flag: values.get(flag.value, "on") != "off" for flag in Flag}
+
+    async def notices(self) -> AsyncIterator[str]:
+        """Yield the queue's pub/sub notices (``work``, ``flag:<name>:<on|off>``) until the connection drops.
+
+        Raises StoreUnavailable when it does; the caller resubscribes after a backoff and re-reads the flags,
+        since notices sent meanwhile are lost.
+        """
+        pubsub = self.r.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self.keys.notices)
+            while True:
+                message = await pubsub.get_message(timeout=None)
+                if message is not None and message["type"] == "message":
+                    yield str(message["data"])
+        except (rexc.RedisError, OSError) as exc:
+            raise translate(exc) from exc
+        finally:
+            with contextlib.suppress(rexc.RedisError, OSError):
+                await pubsub.aclose()
+
+    @translated
+    async def acquire_lease(self, name: str, token: str, ttl: float) -> bool:
+        """Take the named lease if nobody holds it (or renew it if we do)."""
+        key = self.keys.lock(name)
+        if await self.r.set(key, token, nx=True, px=int(ttl * 1000)):
+            return True
+        return bool(await self._script("renew_lease", [key], [token, int(ttl * 1000)]))
+
+    @translated
+    async def release_lease(self, name: str, token: str) -> bool:
+        return bool(await self._script("release_lease", [self.keys.lock(name)], [token]))
+
+    @translated
+    async def renew_lease(self, name: str, token: str, ttl: float) -> bool:
+        """Extend the named lease to ``ttl`` seconds from now if ``token`` still holds it (one atomic step)."""
+        return bool(await self._script("renew_lease", [self.keys.lock(name)], [token, int(ttl * 1000)]))
+
+    @translated
+    async def ping(self) -> bool:
+        return bool(await self.r.ping())

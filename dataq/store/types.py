@@ -1,0 +1,108 @@
+"""What the store's operations return."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from dataq.record import Record
+
+
+class Flag(enum.StrEnum):
+    """The two switches of a queue (the seed's ``readFlag`` and ``actionFlag``)."""
+
+    READ = "read"
+    ACTION = "action"
+
+
+class QueueList(enum.StrEnum):
+    """The lists an operator addresses by name."""
+
+    ACTIVE = "active"
+    INACTIVE = "inactive"
+
+
+class FailOutcome(enum.StrEnum):
+    """What became of a record whose action failed."""
+
+    RETRY = "r"
+    DELAYED = "d"
+    INACTIVE = "i"
+    NOT_OWNED = "-"
+
+
+class ClaimStatus(enum.Enum):
+    OK = "ok"
+    ACTION_OFF = "off"
+    UNREGISTERED = "unregistered"
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """Per record, in order: True if stored and queued, False if its id was already tracked."""
+
+    pushed: list[bool]
+    active_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    status: ClaimStatus
+    records: list[Record] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """Records a dead (or departing) worker gave back."""
+
+    returned: int
+    deactivated: int
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Counts of one queue, each read in O(1)."""
+
+    queue: str
+    active: int
+    inactive: int
+    delayed: int
+    in_flight: int
+    tracked: int
+    action: bool
+    read: bool
+    workers: int
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordState:
+    """A tracked record with where it stands and its failure history."""
+
+    record: Record
+    where: str
+    """``active``, ``inactive``, ``delayed`` or ``in-flight``."""
+    errors: int
+    crashes: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a queue's event stream."""
+
+    event_id: str
+    """The stream entry id, ``<ms>-<seq>``."""
+    time: float
+    kind: str
+    record_id: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A registered daemon and its last heartbeat (None once the heartbeat has expired)."""
+
+    worker_id: str
+    info: dict[str, object]
+    heartbeat: dict[str, object] | None

@@ -1,0 +1,187 @@
+"""The whole suite as operators run it: ``dataq run`` on the embedded default, and daemons under a service
+manager (systemd's notify socket, the metrics endpoint)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dataq.feeder import Feeder
+from dataq.redis_server import find_running, free_port
+from dataq.store import Flag, QueueStore
+from tests.helpers import make_records
+from tests.pop_support import daemon_env, wait_until
+
+DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
+
+
+def suite_config(tmp_path: Path, port: int, redis_url: str | None = None) -> Path:
+    lines = [f'data_dir = "{tmp_path / "data"}"']
+    if redis_url:
+        lines += ["[redis]", f'url = "{redis_url}"']
+    lines += [
+        "[log]", f'dir = "{tmp_path / "log"}"', 'level = "warning"',
+        "[push]", f"port = {port}",
+        "[pop]", "heartbeat_interval = 0.2", "heartbeat_ttl = 2.0", "sweep_interval = 0.2", "grace_period = 2.0",
+        "[metrics]", "push_port = 0", "pop_port = 0",
+        "[queues.transfer]", 'actions = ["echo"]',
+    ]
+    path = tmp_path / "dataq.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+async def summary_when(store: QueueStore, done: int) -> None:
+    async def drained() -> bool:
+        counters = await store.counters()
+        return counters.get("done", 0) >= done
+
+    await wait_until(drained, timeout=30, what=f"{done} records done")
+
+
+def stop_suite(suite: subprocess.Popen[bytes], signum: int, data_dir: Path) -> bytes:
+    """Stop ``dataq run`` as an operator would; it must exit 0 and take its redis-server down with it."""
+    suite.send_signal(signum)
+    _, stderr = suite.communicate(timeout=60)
+    assert suite.returncode == 0, stderr.decode()[-2000:]
+    assert find_running(data_dir) is None
+    return stderr
+
+
+@pytest.mark.timeout(90)
+async def test_dataq_run_owns_redis_runs_the_daemons_restarts_a_dead_one_and_stops_cleanly(
+    tmp_path: Path, children: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    config = suite_config(tmp_path, port)
+    env = {**daemon_env(), "HOME": str(tmp_path)}
+    suite = subprocess.Popen([*DATAQ, "run", "--config", str(config)], env=env, stderr=subprocess.PIPE)
+    children.append(suite)
+
+    url_box: list[str] = []
+
+    async def redis_up() -> bool:
+        url = find_running(tmp_path / "data")
+        url_box[:] = [url] if url else []
+        return url is not None
+
+    await wait_until(redis_up, timeout=30, what="the embedded redis-server")
+    store = QueueStore.from_url(url_box[0], "transfer")
+    try:
+        result = await Feeder("127.0.0.1", port, window=50, retry_for=30).feed(make_records(200))
+        assert (result.pushed, result.errors) == (200, 0)
+        await summary_when(store, 200)
+
+        (pop,) = [w for w in await store.workers() if w.info["role"] == "pop"]
+        os.kill(int(pop.info["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+
+        async def replaced() -> bool:
+            pops = [w for w in await store.workers() if w.info["role"] == "pop" and w.heartbeat is not None]
+            return any(w.worker_id != pop.worker_id for w in pops)
+
+        await wait_until(replaced, timeout=30, what="the runner to restart the killed pop daemon")
+        result = await Feeder("127.0.0.1", port, window=50).feed(make_records(50, start=1000))
+        assert result.pushed == 50
+        await summary_when(store, 250)
+    finally:
+        await store.close()
+    stderr = stop_suite(suite, signal.SIGINT, tmp_path / "data")
+    assert b"dataq running" in stderr and b"feed 127.0.0.1:" in stderr
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+@pytest.mark.timeout(90)
+async def test_daemons_tell_the_service_manager_they_are_ready_and_count_their_work_in_metrics(
+    tmp_path: Path, redis_url: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    config = suite_config(tmp_path, port, redis_url)
+    notify_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(notify_path))
+    listener.setblocking(False)
+    env = {**daemon_env(), "HOME": str(tmp_path), "NOTIFY_SOCKET": str(notify_path)}
+    for command in ("push", "pop"):
+        children.append(subprocess.Popen([*DATAQ, command, "--config", str(config)], env=env))
+    ready: list[str] = []
+    deadline = time.monotonic() + 30
+    while sum("READY=1" in m for m in ready) < 2 and time.monotonic() < deadline:
+        try:
+            ready.append(listener.recv(4096).decode())
+        except BlockingIOError:
+            await asyncio.sleep(0.05)
+    listener.close()
+    assert sum("READY=1" in m for m in ready) == 2
+
+    records = make_records(120)
+    store = QueueStore.from_url(redis_url, "transfer")
+    try:
+        # Held back until all is fed, so the repeated ids are still queued (a done record may be pushed anew).
+        await store.set_flag(Flag.ACTION, False)
+        result = await Feeder("127.0.0.1", port, window=20).feed([*records, *records[:30], "relative/path x 1"])
+        assert (result.pushed, result.ignored, result.errors) == (120, 30, 1)
+        await store.set_flag(Flag.ACTION, True)
+        await summary_when(store, 120)
+        urls = {w.info["role"]: str(w.info["metrics"]) for w in await store.workers()}
+    finally:
+        await store.close()
+    push, pop = scrape(urls["push"]), scrape(urls["pop"])
+    assert push['dataq_records_pushed_total{queue="transfer"}'] == 120
+    assert push['dataq_duplicates_total{queue="transfer"}'] == 30
+    assert push['dataq_input_errors_total{queue="transfer"}'] == 1
+    assert pop['dataq_records_done_total{queue="transfer"}'] == 120
+    assert pop['dataq_action_duration_seconds_count{queue="transfer",action="echo"}'] == 120
+    assert pop['dataq_queue_length{queue="transfer",list="tracked"}'] == 0
+    assert pop['dataq_flag{queue="transfer",flag="action"}'] == 1
+
+
+@pytest.mark.timeout(60)
+async def test_dataq_run_with_no_settings_file_serves_the_default_transfer_queue(
+    tmp_path: Path, children: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    # No settings file at all: only where to keep data (not this user's home) and a free port instead of 9988.
+    env = {**daemon_env(), "HOME": str(tmp_path), "DATAQ_DATA_DIR": str(tmp_path / "state"),
+           "DATAQ_PUSH_PORT": str(port), "DATAQ_LOG_DIR": str(tmp_path / "log")}
+    suite = subprocess.Popen([*DATAQ, "run"], env=env, stderr=subprocess.PIPE, cwd=tmp_path)
+    children.append(suite)
+    result = await Feeder("127.0.0.1", port, window=10, retry_for=30).feed(make_records(20))
+    assert result.pushed == 20
+    url = find_running(tmp_path / "state")
+    assert url is not None
+    store = QueueStore.from_url(url, "transfer")
+    try:
+        await summary_when(store, 20)
+    finally:
+        await store.close()
+    stop_suite(suite, signal.SIGTERM, tmp_path / "state")

@@ -1,0 +1,333 @@
+"""``network_move`` against a real ``rsync --daemon`` and real dataq push daemons, all on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dataq.actions.files import SourceMismatch
+from dataq.actions.network_move import NetworkMoveAction
+from dataq.actions.registry import load_actions
+
+from dataq.errors import ActionError, ActionTimeout, ConfigError
+from dataq.record import Record
+from dataq.settings import QueueSettings, Settings
+from dataq.store import QueueList, QueueStore
+from tests.actions_support import (
+    LOOPBACK,
+    PUSHED_DATE,
+    RsyncDaemon,
+    SilentServer,
+    corrupting_rsync,
+    fake_ssh,
+    make_file,
+    md5,
+    rsync_daemon,
+)
+from tests.push_support import QUEUE, RunningPush, push_settings, start_push
+
+DATA = b"dome flat " * 5000
+KILLED_WITHIN = 5.0
+"""Seconds a cancelled transfer's rsync has to let go of its connection."""
+
+
+@pytest.fixture
+def valley(tmp_path: Path) -> Path:
+    return tmp_path / "valley"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, valley: Path) -> Iterator[RsyncDaemon]:
+    with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}) as running:
+        yield running
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    return tmp_path / "mountain"
+
+
+@pytest.fixture
+async def next_site(redis_url: str, tmp_path: Path) -> AsyncIterator[RunningPush]:
+    """The next site's push daemon (its queue on the test Redis)."""
+    running = await start_push(push_settings(redis_url, tmp_path / "next-data"))
+    yield running
+    await running.shutdown()
+
+
+@pytest.fixture
+async def next_queue(redis_url: str) -> AsyncIterator[QueueStore]:
+    store = QueueStore.from_url(redis_url, QUEUE)
+    yield store
+    await store.close()
+
+
+def make_action(tmp_path: Path, **options: Any) -> NetworkMoveAction:
+    """The action as the pop daemon builds it: through the registry, from a queue's options table."""
+    queue = QueueSettings("transfer", actions=("network_move",), action_options={"network_move": options})
+    settings = Settings(data_dir=str(tmp_path / "data"), queues={"transfer": queue})
+    (action,) = load_actions(queue, settings)
+    assert isinstance(action, NetworkMoveAction)
+    return action
+
+
+def free_port_without_listener() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --- transfer and verification ------------------------------------------------------------------------------
+
+
+async def test_file_arrives_at_the_daemon_in_the_layout_with_the_same_bytes(
+        daemon: RsyncDaemon, valley: Path, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "c15e_140708_000001_ori.fits", DATA)
+    action = make_action(tmp_path, destination=daemon.url("valley", "incoming"), layout="{date}/{name}")
+    await action.start()
+    await action.run(record)
+    arrived = valley / "incoming" / PUSHED_DATE / "c15e_140708_000001_ori.fits"
+    assert md5(arrived.read_bytes()) == record.checksum
+    assert Path(record.path).exists(), "the source stays unless remove_source is set"
+
+
+async def test_running_a_record_again_sends_nothing_and_succeeds(daemon: RsyncDaemon, valley: Path, source: Path,
+                                                                 tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, destination=daemon.url("valley"))
+    await action.run(record)
+    inode = (valley / "a.fits").stat().st_ino
+    await action.run(record)
+    assert (valley / "a.fits").stat().st_ino == inode, "an identical file is not written again"
+    assert daemon.received() == ["a.fits"], "sent once"
+
+
+async def test_remove_source_deletes_it_after_the_verified_transfer(daemon: RsyncDaemon, valley: Path,
+                                                                    source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    await make_action(tmp_path, destination=daemon.url("valley"), remove_source=True).run(record)
+    assert not Path(record.path).exists()
+    assert md5((valley / "a.fits").read_bytes()) == record.checksum
+
+
+async def test_retry_after_the_source_was_removed_succeeds_from_the_verified_destination(
+        daemon: RsyncDaemon, valley: Path, source: Path, tmp_path: Path) -> None:
+    # The daemon died after the source was removed, before the record was acknowledged: it runs again.
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, destination=daemon.url("valley"), remove_source=True)
+    await action.run(record)
+    await action.run(record)
+    assert daemon.received() == ["a.fits"], "nothing is sent again"
+
+
+async def test_missing_source_with_other_data_at_the_destination_fails(daemon: RsyncDaemon, valley: Path,
+                                                                       source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    os.unlink(record.path)
+    (valley / "a.fits").write_bytes(b"an older file of the same name")
+    with pytest.raises(SourceMismatch, match=r"does not exist and .* holds other data"):
+        await make_action(tmp_path, destination=daemon.url("valley"), remove_source=True).run(record)
+
+
+async def test_missing_source_missing_at_the_destination_too_fails(daemon: RsyncDaemon, source: Path,
+                                                                   tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    os.unlink(record.path)
+    with pytest.raises(ActionError, match=r"source file .* does not exist; checking .*exit status 23"):
+        await make_action(tmp_path, destination=daemon.url("valley")).run(record)
+
+
+async def test_source_that_does_not_match_its_record_is_never_sent(daemon: RsyncDaemon, valley: Path,
+                                                                   source: Path, tmp_path: Path) -> None:
+    record = replace(make_file(source, "a.fits", DATA), checksum=md5(b"something else"))
+    with pytest.raises(SourceMismatch, match="has checksum"):
+        await make_action(tmp_path, destination=daemon.url("valley"), remove_source=True).run(record)
+    assert list(valley.iterdir()) == []
+    assert Path(record.path).exists()
+
+
+async def test_destination_that_does_not_hold_what_was_sent_fails_and_keeps_the_source(
+        daemon: RsyncDaemon, valley: Path, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    liar = corrupting_rsync(tmp_path, valley / "a.fits")
+    action = make_action(tmp_path, destination=daemon.url("valley"), rsync=str(liar), remove_source=True)
+    with pytest.raises(ActionError, match="destination differs from the source"):
+        await action.run(record)
+    assert Path(record.path).exists()
+
+
+async def test_without_verify_a_lying_destination_goes_unnoticed(daemon: RsyncDaemon, valley: Path, source: Path,
+                                                                  tmp_path: Path) -> None:
+    # The counterpart of the test above: it is the verification that catches the damage.
+    record = make_file(source, "a.fits", DATA)
+    liar = corrupting_rsync(tmp_path, valley / "a.fits")
+    await make_action(tmp_path, destination=daemon.url("valley"), rsync=str(liar), verify=False).run(record)
+    assert md5((valley / "a.fits").read_bytes()) != record.checksum
+
+
+async def test_file_name_with_spaces_and_shell_syntax_is_passed_as_one_argument(
+        daemon: RsyncDaemon, valley: Path, source: Path, tmp_path: Path) -> None:
+    name = "a b;touch pwned;$(touch pwned2)`touch pwned3`.fits"
+    record = make_file(source, name, DATA)
+    await make_action(tmp_path, destination=daemon.url("valley")).run(record)
+    assert sorted(p.name for p in valley.iterdir()) == [name]
+    assert not any(p.name.startswith("pwned") for p in tmp_path.rglob("pwned*"))
+
+
+async def test_ssh_style_destination_transfers_and_verifies(source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    target = tmp_path / "over-ssh"
+    action = make_action(tmp_path, destination=f"observer@valley-host:{target}", layout="{checksum2}/{name}",
+                         extra_args=["-e", str(fake_ssh(tmp_path))])
+    await action.run(record)
+    assert md5((target / record.checksum[:2] / "a.fits").read_bytes()) == record.checksum
+
+
+async def test_local_directory_destination(source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    await make_action(tmp_path, destination=str(tmp_path / "mounted")).run(record)
+    assert md5((tmp_path / "mounted" / "a.fits").read_bytes()) == record.checksum
+
+
+# --- rsync failures and timeouts ----------------------------------------------------------------------------
+
+
+async def test_unknown_module_fails_with_rsync_status_and_its_message(daemon: RsyncDaemon, source: Path,
+                                                                      tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    with pytest.raises(ActionError, match=r"exit status 5 \(error starting client-server protocol\).*nowhere"):
+        await make_action(tmp_path, destination=daemon.url("nowhere")).run(record)
+
+
+async def test_daemon_not_listening_fails_the_record(source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    port = free_port_without_listener()
+    with pytest.raises(ActionError, match="exit status 10"):
+        await make_action(tmp_path, destination=f"rsync://{LOOPBACK}:{port}/valley").run(record)
+
+
+async def test_hung_daemon_is_an_action_timeout_from_rsync_io_timeout(source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    async with SilentServer() as hung:
+        action = make_action(tmp_path, destination=f"rsync://{LOOPBACK}:{hung.port}/valley", io_timeout=1.0)
+        with pytest.raises(ActionTimeout, match="timeout"):
+            await action.run(record)
+
+
+async def test_action_timeout_kills_the_transfer(source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    async with SilentServer() as hung:
+        action = make_action(tmp_path, destination=f"rsync://{LOOPBACK}:{hung.port}/valley", io_timeout=600.0)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await action.run(record)
+        # rsync would wait 600 s for the daemon; killed, its connection closes at once.
+        await asyncio.wait_for(hung.closed.wait(), KILLED_WITHIN)
+
+
+async def test_missing_rsync_program_fails_at_start(tmp_path: Path) -> None:
+    action = make_action(tmp_path, destination="/data", rsync=str(tmp_path / "no-rsync"))
+    with pytest.raises(ActionError, match="not found"):
+        await action.start()
+
+
+@pytest.mark.parametrize("options", [
+    {"destination": "ftp://host/path"},
+    {"destination": "rsync://host"},
+    {"destination": "relative/path"},
+    {"destination": "host:path with space"},
+    {"destination": "-e:evil"},
+    {"destination": "-oProxyCommand@host:/data"},
+    {"destination": "rsync://-host/mod"},
+    {"destination": "/data", "layout": "../{name}"},
+    {"destination": "/data", "next_sites": ["127.0.0.1:9988"]},
+    {"destination": "/data", "next_sites": ["valley-host"], "next_path": "/d/{name}"},
+    {"destination": "/data", "next_sites": ["valley-host:9988"], "next_path": "d/{name}"},
+    {"destination": "/data", "io_timeout": 0},
+    {"destination": "/data", "destinaton": "/x"},
+])
+def test_bad_options_are_config_errors(options: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        make_action(tmp_path, **options)
+
+
+@pytest.mark.parametrize("destination", ["rsync://u@valley:873/mod/deep/path", "rsync://valley/mod",
+                                         "observer@valley:/data", "valley:", "[::1]:/data", "/data"])
+def test_accepted_destination_forms(destination: str, tmp_path: Path) -> None:
+    assert make_action(tmp_path, destination=destination).options.destination == destination
+
+
+# --- hand-on to the next site -------------------------------------------------------------------------------
+
+
+def hand_on_options(daemon: RsyncDaemon, *sites: str, **extra: Any) -> dict[str, Any]:
+    return {"destination": daemon.url("valley", "incoming"), "layout": "{date}/{name}",
+            "next_sites": list(sites), "next_path": "/valley/data/{relpath}", "handon_timeout": 1.0, **extra}
+
+
+async def next_site_holds(queue: QueueStore, record: Record) -> Record | None:
+    found = [r for r in await queue.list_records(QueueList.ACTIVE) if r.checksum == record.checksum]
+    return found[0] if found else None
+
+
+async def test_verified_file_is_handed_on_with_its_path_at_the_next_site(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}", remove_source=True))
+    await action.run(record)
+    handed = await next_site_holds(next_queue, record)
+    assert handed is not None
+    assert (handed.path, handed.size) == (f"/valley/data/{PUSHED_DATE}/a.fits", record.size)
+    assert not Path(record.path).exists()
+
+
+async def test_record_the_next_site_already_holds_is_a_success(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}"))
+    await action.run(record)
+    await action.run(record)  # answered "Ignored": the next site has it
+    assert len(await next_queue.list_records(QueueList.ACTIVE)) == 1
+
+
+async def test_hand_on_fails_over_past_sites_that_refuse_or_do_not_answer(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    async with SilentServer() as hung:
+        sites = (f"{LOOPBACK}:{free_port_without_listener()}", f"{LOOPBACK}:{hung.port}",
+                 f"{LOOPBACK}:{next_site.port}")
+        await make_action(tmp_path, **hand_on_options(daemon, *sites, handon_timeout=0.5)).run(record)
+    assert await next_site_holds(next_queue, record) is not None
+
+
+async def test_error_reply_of_the_next_site_fails_the_record_and_keeps_the_source(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    too_long = "/" + "x" * 5000 + "/{name}"  # the next site refuses a path longer than PATH_MAX
+    options = hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}", next_path=too_long, remove_source=True)
+    with pytest.raises(ActionError, match=f"next site {LOOPBACK}:{next_site.port} refused the record: path is"):
+        await make_action(tmp_path, **options).run(record)
+    assert Path(record.path).exists()
+    assert await next_queue.list_records(QueueList.ACTIVE) == []
+
+
+async def test_no_next_site_answering_fails_the_record_naming_each(daemon: RsyncDaemon, valley: Path,
+                                                                   source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    down = f"{LOOPBACK}:{free_port_without_listener()}"
+    async with SilentServer() as hung:
+        silent = f"{LOOPBACK}:{hung.port}"
+        action = make_action(tmp_path, **hand_on_options(daemon, down, silent, handon_timeout=0.5,
+                                                          remove_source=True))
+        with pytest.raises(ActionError, match="no next site took the record") as caught:
+            await action.run(record)
+    assert down in str(caught.value) and f"{silent}: no answer within 0.5s" in str(caught.value)
+    assert Path(record.path).exists(), "the source stays until the next site holds the record"
+    assert os.path.exists(valley / "incoming" / PUSHED_DATE / "a.fits"), "the transfer itself was done"

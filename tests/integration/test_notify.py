@@ -1,0 +1,351 @@
+"""E-mail notices delivered to a real SMTP server (aiosmtpd on loopback): content, digests, outages, TLS, login."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+from structlog.testing import capture_logs
+
+from dataq.logs import HANDLER_NAME_PREFIX
+from dataq.notices import KIND_INACTIVE
+from dataq.notify import (
+    KIND_CRASHED,
+    KIND_READ_OFF,
+    KIND_REDIS_DOWN,
+    KIND_SYSTEMIC,
+    FailureWatch,
+    MailNotifier,
+    crashed_notice,
+    inactive_notice,
+    main_crashed,
+    read_off_notice,
+    redis_down_notice,
+    systemic_notice,
+)
+from dataq.redis_server import free_port
+from dataq.settings import MailSettings
+from tests.push_support import Certs, make_certs
+
+RECIPIENTS = ("ops@example.org", "oncall@example.org")
+WAIT = 10.0
+"""Seconds a test waits for mail before failing (generous: only a broken notifier takes this long)."""
+NOTIFY_BUDGET = 0.010
+"""notify() must return within 10 ms: it only records the notice."""
+
+
+class SmtpSink:
+    """An aiosmtpd server on loopback that keeps every message it receives."""
+
+    def __init__(self, port: int, **controller: Any) -> None:
+        self.messages: list[EmailMessage] = []
+        self.envelopes: list[tuple[str, list[str]]] = []
+        self.arrivals: list[float] = []
+        self._changed = threading.Condition()
+        self.controller = Controller(self, hostname="127.0.0.1", port=port, **controller)
+
+    async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
+        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        with self._changed:
+            self.messages.append(message)
+            self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
+            self.arrivals.append(time.monotonic())
+            self._changed.notify_all()
+        return "250 OK"
+
+    def start(self) -> SmtpSink:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+    async def wait_until(self, condition: Callable[[list[EmailMessage]], bool], timeout: float = WAIT) -> None:
+        def wait() -> bool:
+            with self._changed:
+                return self._changed.wait_for(lambda: condition(self.messages), timeout)
+
+        assert await asyncio.to_thread(wait), f"mail not received in time; got {len(self.messages)}"
+
+    async def wait_for(self, count: int, timeout: float = WAIT) -> list[EmailMessage]:
+        await self.wait_until(lambda messages: len(messages) >= count, timeout)
+        return list(self.messages)
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpSink]:
+    sink = SmtpSink(free_port()).start()
+    yield sink
+    sink.stop()
+
+
+def mail_settings(port: int, **overrides: Any) -> MailSettings:
+    return MailSettings(**{"enabled": True, "host": "127.0.0.1", "port": port, "recipients": RECIPIENTS,
+                           "sender": "dataq@test.example", **overrides})
+
+
+def body(message: EmailMessage) -> str:
+    part = message.get_body(("plain",))
+    assert part is not None
+    content = part.get_content()
+    assert isinstance(content, str)
+    return content
+
+
+def count_of(message: EmailMessage) -> int:
+    return int(message["X-Dataq-Count"])
+
+
+async def test_each_kind_of_notice_is_mailed_at_once_with_its_content(smtp: SmtpSink) -> None:
+    notifier = MailNotifier(mail_settings(smtp.controller.port), "transfer")
+    notifier.start()
+    notices = [
+        inactive_notice("transfer", "f45cc4c647913bc6e22df280c733758e", "/data/night1/img_0001.fits", 4,
+                        "rsync: connection refused"),
+        systemic_notice("transfer", 101, 600, {"rsync: connection refused": 101},
+                        [{"id": "aa", "error": "rsync: connection refused"}]),
+        read_off_notice("transfer", 1_000_000, 1_000_000, None),
+        redis_down_notice("transfer", 75, "Error 111 connecting to 127.0.0.1:6399"),
+        crashed_notice("dataq-pop@transfer.service", "exit-code", "exited", "1"),
+    ]
+    for notice in notices:
+        await notifier.notify(*notice)
+    mails = {mail["X-Dataq-Kind"]: mail for mail in await smtp.wait_for(len(notices))}
+    assert await notifier.close()
+
+    assert set(mails) == {KIND_INACTIVE, KIND_SYSTEMIC, KIND_READ_OFF, KIND_REDIS_DOWN, KIND_CRASHED}
+    for mail in mails.values():
+        assert mail["From"] == "dataq@test.example"
+        assert mail["To"] == ", ".join(RECIPIENTS)
+        assert mail["X-Dataq-Queue"] == "transfer"
+        # (strip: Python's header folding may move a subject of 70-77 characters to a continuation line)
+        assert mail["Subject"].strip().startswith("[dataq ") and "/transfer] " in mail["Subject"]
+    assert smtp.envelopes[0] == ("dataq@test.example", list(RECIPIENTS))
+
+    inactive = body(mails[KIND_INACTIVE])
+    assert "moved to the inactive queue after 4 failure(s)" in mails[KIND_INACTIVE]["Subject"]
+    for expected in ("id: f45cc4c647913bc6e22df280c733758e", "path: /data/night1/img_0001.fits", "errors: 4",
+                     "last error: rsync: connection refused",
+                     "retry: dataq-cli --queue transfer --activate f45cc4c647913bc6e22df280c733758e "
+                     "f45cc4c647913bc6e22df280c733758e"):
+        assert expected in inactive
+    systemic = body(mails[KIND_SYSTEMIC])
+    assert "101 action failures within 600 s" in mails[KIND_SYSTEMIC]["Subject"]
+    assert "101 x rsync: connection refused" in systemic and "dataq-cli --queue transfer --redo" in systemic
+    read_off = body(mails[KIND_READ_OFF])
+    assert "re enable: dataq-cli --queue transfer --read on" in read_off
+    assert "only by hand" in read_off
+    assert "Redis unreachable for 75 s" in mails[KIND_REDIS_DOWN]["Subject"]
+    assert "Error 111" in body(mails[KIND_REDIS_DOWN])
+    crashed = body(mails[KIND_CRASHED])
+    assert "dataq-pop@transfer.service stopped by a crash (exit-code)" in mails[KIND_CRASHED]["Subject"]
+    assert "journalctl -u dataq-pop@transfer.service" in crashed and "exit status: 1" in crashed
+
+
+async def test_a_burst_of_1000_failures_is_a_handful_of_mails_with_counts_and_examples(smtp: SmtpSink) -> None:
+    settings = mail_settings(smtp.controller.port, interval=1.0, examples=5, systemic_failures=100)
+    notifier = MailNotifier(settings, "transfer")
+    notifier.start()
+    watch = FailureWatch.from_settings(notifier, "transfer", settings)
+    slowest = 0.0
+    for n in range(1000):
+        record_id = f"{n:032x}"
+        started = time.perf_counter()
+        await notifier.notify(*inactive_notice("transfer", record_id, f"/data/f{n}", 1, "disk full"))
+        slowest = max(slowest, time.perf_counter() - started)
+        await watch.failed(record_id, "disk full")
+        if n % 50 == 0:
+            await asyncio.sleep(0)  # let the sender run during the burst, as a daemon's loop would
+    await smtp.wait_until(lambda messages: sum(count_of(m) for m in messages if m["X-Dataq-Kind"] == KIND_INACTIVE)
+                          == 1000)
+    assert await notifier.close()
+
+    assert slowest < NOTIFY_BUDGET
+    inactive = [m for m in smtp.messages if m["X-Dataq-Kind"] == KIND_INACTIVE]
+    systemic = [m for m in smtp.messages if m["X-Dataq-Kind"] == KIND_SYSTEMIC]
+    assert len(smtp.messages) <= 5
+    assert len(systemic) == 1
+    assert "101 action failures" in systemic[0]["Subject"]
+    digest = max(inactive, key=count_of)  # the one folding the most notices
+    text = body(digest)
+    assert f"{count_of(digest)} notices of kind 'inactive'" in text
+    assert text.count("--- ") == 5 and f"--- 5 of {count_of(digest)}," in text
+    assert text.count("retry: dataq-cli --queue transfer --activate ") == 5
+    assert f"{count_of(digest)} inactive notices, the first: record " in digest["Subject"]
+
+
+async def test_mails_of_one_kind_wait_for_the_interval_but_other_kinds_do_not(smtp: SmtpSink) -> None:
+    interval = 0.5
+    notifier = MailNotifier(mail_settings(smtp.controller.port, interval=interval), "transfer")
+    notifier.start()
+    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    await smtp.wait_for(1)
+    await notifier.notify(*inactive_notice("transfer", "b" * 32, "/b", 1, "e"))
+    await notifier.notify(*redis_down_notice("transfer", 61, "refused"))
+    await smtp.wait_for(3)
+    assert await notifier.close()
+    kinds = [m["X-Dataq-Kind"] for m in smtp.messages]
+    assert kinds == [KIND_INACTIVE, KIND_REDIS_DOWN, KIND_INACTIVE]
+    assert smtp.arrivals[2] - smtp.arrivals[0] >= interval * 0.9
+
+
+async def test_smtp_down_then_up_delivers_after_a_retry_and_never_blocks_the_caller() -> None:
+    port = free_port()  # nothing listens here yet
+    notifier = MailNotifier(mail_settings(port), "transfer", retry_initial=0.1, retry_cap=0.2)
+    notifier.start()
+    durations = []
+    with capture_logs() as logs:
+        for n in range(20):
+            started = time.perf_counter()
+            await notifier.notify(*inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
+            durations.append(time.perf_counter() - started)
+            await asyncio.sleep(0.02)  # spread over several failed attempts
+        assert notifier.sent == 0 and notifier.pending == 20
+        sink = SmtpSink(port).start()
+        try:
+            [mail] = await sink.wait_for(1)
+            assert await notifier.close()
+        finally:
+            sink.stop()
+    assert max(durations) < NOTIFY_BUDGET
+    assert count_of(mail) == 20  # everything folded while the server was down, sent in one mail
+    retries = [entry for entry in logs if entry["event"] == "cannot send mail; will retry"]
+    assert retries and retries[0]["server"] == f"127.0.0.1:{port}"
+    assert any(entry["event"] == "mail sent" for entry in logs)
+
+
+async def test_close_sends_the_pending_digest_without_waiting_for_the_interval(smtp: SmtpSink) -> None:
+    notifier = MailNotifier(mail_settings(smtp.controller.port, interval=3600), "transfer")
+    notifier.start()
+    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    await smtp.wait_for(1)
+    for n in range(3):
+        await notifier.notify(*inactive_notice("transfer", f"{n:032x}", "/b", 1, "e"))
+    assert await notifier.close(within=WAIT)
+    assert [count_of(m) for m in smtp.messages] == [1, 3]
+
+
+async def test_close_gives_up_within_its_time_when_smtp_stays_down() -> None:
+    notifier = MailNotifier(mail_settings(free_port()), "transfer", retry_initial=0.05, retry_cap=0.1)
+    notifier.start()
+    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    started = time.monotonic()
+    assert await notifier.close(within=0.5) is False
+    assert time.monotonic() - started < 3.0
+    assert notifier.pending == 1
+
+
+# --- TLS and login --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("smtp-certs"))
+
+
+def authenticator(server: object, session: object, envelope: object, mechanism: str, auth_data: Any) -> AuthResult:
+    ok = isinstance(auth_data, LoginPassword) and (auth_data.login, auth_data.password) == (b"dataq", b"s3cret")
+    return AuthResult(success=ok, handled=False)
+
+
+@pytest.mark.parametrize(
+    "security",
+    [
+        "starttls",
+        # aiosmtpd offers AUTH over implicit TLS only when told TLS is not required, and then warns about it.
+        pytest.param("tls", marks=pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")),
+    ],
+)
+async def test_mail_goes_over_tls_with_a_login_whose_password_comes_from_a_file(
+    security: str, certs: Certs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(certs.server_cert, certs.server_key)
+    options: dict[str, Any] = {"authenticator": authenticator, "auth_required": True}
+    options.update({"tls_context": server_tls, "require_starttls": True} if security == "starttls"
+                   else {"ssl_context": server_tls, "auth_require_tls": False})
+    sink = SmtpSink(free_port(), **options).start()
+    monkeypatch.setenv("SSL_CERT_FILE", certs.ca)  # the client trusts the test CA as a system CA
+    (tmp_path / "pw").write_text("s3cret\n")
+    try:
+        settings = mail_settings(sink.controller.port, security=security, username="dataq",
+                                 password_file=str(tmp_path / "pw"))
+        notifier = MailNotifier(settings, "transfer")
+        notifier.start()
+        await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+        [mail] = await sink.wait_for(1)
+        assert await notifier.close()
+    finally:
+        sink.stop()
+    assert mail["X-Dataq-Kind"] == KIND_INACTIVE
+
+
+# --- dataq notify-crash (the units' OnFailure= hook) ----------------------------------------------------------
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """main_crashed configures logging for its process; put the test process's back."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers and (handler.get_name() or "").startswith(HANDLER_NAME_PREFIX):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def write_config(tmp_path: Path, port: int, enabled: bool = True) -> str:
+    path = tmp_path / "dataq.toml"
+    path.write_text(f'[mail]\nenabled = {str(enabled).lower()}\nhost = "127.0.0.1"\nport = {port}\n'
+                    f'recipients = ["ops@example.org"]\n', encoding="utf-8")
+    return str(path)
+
+
+MONITOR = {"MONITOR_SERVICE_RESULT": "exit-code", "MONITOR_EXIT_CODE": "exited", "MONITOR_EXIT_STATUS": "1",
+           "HOME": "/nonexistent"}
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_notify_crash_mails_the_crashed_notice_of_the_failed_unit(smtp: SmtpSink, tmp_path: Path) -> None:
+    config = write_config(tmp_path, smtp.controller.port)
+    assert main_crashed(["--config", config, "dataq-pop@transfer"], environ=MONITOR) == 0
+    [mail] = smtp.messages
+    assert mail["X-Dataq-Kind"] == KIND_CRASHED
+    assert mail["X-Dataq-Queue"] == "transfer"
+    assert "dataq-pop@transfer.service stopped by a crash (exit-code)" in mail["Subject"]
+    assert "exit code: exited" in body(mail)
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_notify_crash_with_mail_disabled_sends_nothing_and_succeeds(smtp: SmtpSink, tmp_path: Path) -> None:
+    config = write_config(tmp_path, smtp.controller.port, enabled=False)
+    assert main_crashed(["--config", config, "dataq-pop@transfer"], environ=MONITOR) == 0
+    assert smtp.messages == []
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_notify_crash_reports_a_mail_it_could_not_deliver(tmp_path: Path) -> None:
+    config = write_config(tmp_path, free_port())
+    assert main_crashed(["--config", config, "--timeout", "0.3", "dataq-push@transfer"], environ=MONITOR) == 1
+
+
+def test_notify_crash_with_bad_settings_exits_with_the_configuration_status(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("[mail]\nenabled = true\n")
+    assert main_crashed(["--config", str(tmp_path / "bad.toml"), "dataq-pop@transfer"], environ=MONITOR) == 3

@@ -1,0 +1,80 @@
+"""Random byte lines never crash, hang or desynchronise the push daemon: one reply per line, in order."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataq.errors import InvalidRecord
+from dataq.protocol import clean_message
+from dataq.record import format_line, parse_line
+from dataq.redis_server import EmbeddedRedis
+from tests.helpers import checksum_of, make_records
+from tests.push_support import LOOPBACK, REPLY_TIMEOUT, push_settings, threaded_push
+
+MAX_LINE = 256
+GOOD = make_records(1)[0]
+
+checksums = st.one_of(st.sampled_from([checksum_of(n) for n in range(50)]), st.text(max_size=40))
+record_like = st.builds(
+    lambda path, checksum, size, sep: sep.join([path, checksum, size]).encode("utf-8", "surrogatepass"),
+    st.one_of(st.just("/data/file"), st.text(max_size=30).map(lambda t: "/" + t), st.text(max_size=30)),
+    checksums,
+    st.one_of(st.integers(-5, 10**20).map(str), st.text(max_size=5)),
+    st.sampled_from([" ", "\t", "  ", " \r"]),
+)
+lines = st.one_of(
+    st.binary(max_size=MAX_LINE + 20),
+    record_like,
+    st.binary(min_size=MAX_LINE - 2, max_size=MAX_LINE + 2),
+).map(lambda line: line.replace(b"\n", b""))
+
+
+@pytest.fixture(scope="module")
+def fuzz_port(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    data_dir: Path = tmp_path_factory.mktemp("fuzz")
+    with threaded_push(push_settings(redis_server.url, data_dir, max_line_bytes=MAX_LINE)) as port:
+        yield port
+
+
+def expected_reply(line: bytes) -> tuple[str, str]:
+    """(reply prefix, rest) the protocol promises for ``line``: the record module decides what is valid."""
+    if len(line) > MAX_LINE:
+        return "Error: ", f"line longer than {MAX_LINE} bytes"
+    try:
+        record = parse_line(line)
+    except InvalidRecord as exc:
+        return "Error: ", clean_message(str(exc))
+    return "ID=", record.checksum
+
+
+def read_lines(sock: socket.socket, count: int) -> list[bytes]:
+    buffer = b""
+    while buffer.count(b"\n") < count:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed with {count} replies due, got {buffer!r}"
+        buffer += chunk
+    return buffer.split(b"\n")[:count]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(lines, min_size=1, max_size=25))
+def test_random_lines_each_get_exactly_one_reply_in_order_and_the_connection_stays_usable(
+    fuzz_port: int, batch: list[bytes]
+) -> None:
+    with socket.create_connection((LOOPBACK, fuzz_port), timeout=REPLY_TIMEOUT) as sock:
+        sock.sendall(b"".join(line + b"\n" for line in batch) + format_line(GOOD).encode() + b"\n")
+        replies = read_lines(sock, len(batch) + 1)
+    for line, reply in zip(batch, replies, strict=False):
+        marker, rest = expected_reply(line)
+        text = reply.decode()
+        if marker == "Error: ":
+            assert text == marker + rest, line
+        else:
+            assert text in (f"Pushed ID={rest}", f"Ignored ID={rest}"), line
+    assert replies[-1].decode() in (f"Pushed ID={GOOD.checksum}", f"Ignored ID={GOOD.checksum}")

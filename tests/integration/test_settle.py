@@ -1,0 +1,75 @@
+"""Settling results when Redis loses a reply: a result already applied is never applied a second time to a
+new claim of the same record."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+
+from dataq.errors import StoreUnavailable
+from dataq.notices import LogNotifier, Outbox
+from dataq.settings import QueueSettings
+from dataq.settle import Settler
+from dataq.store import FailOutcome, QueueList, QueueStore, connect
+from tests.helpers import make_records
+from tests.pop_support import wait_until
+
+WORKER = "host:1:pop:abc"
+
+
+class LosesTheFirstFailReply(QueueStore):
+    """Applies every fail, but the reply of the first one never arrives (a connection reset)."""
+
+    fail_calls = 0
+
+    async def fail(self, worker: str, failures: Sequence[tuple[str, str]], *, max_errors: int,
+                   retry_delay: float = 0.0) -> list[FailOutcome]:
+        self.fail_calls += 1
+        outcomes = await super().fail(worker, failures, max_errors=max_errors, retry_delay=retry_delay)
+        if self.fail_calls == 1:
+            raise StoreUnavailable("Redis is unavailable: reply lost (test)")
+        return outcomes
+
+
+@pytest.fixture
+async def flaky(redis_url: str) -> AsyncIterator[LosesTheFirstFailReply]:
+    store = LosesTheFirstFailReply(connect(redis_url), "transfer")
+    yield store
+    await store.close()
+
+
+async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_is_claimed_again(
+    flaky: LosesTheFirstFailReply,
+) -> None:
+    (record,) = make_records(1)
+    await flaky.push_batch([record], source="t")
+    await flaky.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+    assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
+    freed: list[str] = []
+    settler = Settler(flaky, WORKER, QueueSettings("transfer", max_errors=5), Outbox(LogNotifier()), freed.extend)
+    task = asyncio.create_task(settler.run())
+    try:
+        settler.failed(record, "boom")
+
+        async def applied_but_unanswered() -> bool:
+            return flaky.fail_calls == 1 and await flaky.r.llen(flaky.keys.active) == 1
+
+        await wait_until(applied_but_unanswered, timeout=5, what="the fail to be applied with its reply lost")
+        # The record is runnable again, and this worker claims it before the settler retries.
+        assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
+        settler.claimed_again(record.id)
+
+        async def slot_freed() -> bool:
+            return freed == [record.id]
+
+        await wait_until(slot_freed, timeout=5, what="the stale result to be dropped")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert flaky.fail_calls == 1, "the stale failure was sent again"
+    assert await flaky.processing(WORKER) == [record.id], "the new claim must stay this worker's"
+    state = await flaky.record_state(record.id)
+    assert state is not None and state.errors == 1
+    assert await flaky.list_records(QueueList.ACTIVE) == []

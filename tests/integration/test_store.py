@@ -1,0 +1,461 @@
+"""The queue store against a real redis-server: each operation's contract."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from dataq.errors import RangeError, StoreUnavailable
+from dataq.record import Record
+from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore
+from tests.helpers import make_records
+
+WORKER = "host-1:100:a"
+INFO = {"role": "pop", "host": "host-1", "pid": 100}
+
+
+async def register(store: QueueStore, worker: str = WORKER, ttl: float = 10.0) -> None:
+    await store.heartbeat(worker, INFO, {"running": 0}, ttl)
+
+
+async def active_ids(store: QueueStore) -> list[str]:
+    return [r.checksum for r in await store.list_records(QueueList.ACTIVE)]
+
+
+async def inactive_ids(store: QueueStore) -> list[str]:
+    return [r.checksum for r in await store.list_records(QueueList.INACTIVE)]
+
+
+# --- push ---------------------------------------------------------------------------------------------------
+
+
+async def test_push_stores_new_records_newest_first_and_reports_each(store: QueueStore) -> None:
+    records = make_records(3)
+    result = await store.push_batch(records, source="127.0.0.1:5000", now=1_700_000_000.5)
+    assert result.pushed == [True, True, True]
+    assert result.active_length == 3
+    listed = await store.list_records(QueueList.ACTIVE)
+    assert [r.checksum for r in listed] == [r.checksum for r in reversed(records)]
+    assert listed[-1].path == records[0].path and listed[-1].size == records[0].size
+    assert listed[-1].pushed_at == 1_700_000_000.5 and listed[-1].source == "127.0.0.1:5000"
+
+
+async def test_push_ignores_an_id_already_tracked_anywhere(store: QueueStore) -> None:
+    a, b, c, d = make_records(4)
+    await store.push_batch([a, b, c], source="t")
+    await register(store)
+    claim = await store.claim(WORKER, 1)  # a is now in flight
+    assert [r.checksum for r in claim.records] == [a.checksum]
+    await store.deactivate(b.checksum, b.checksum)  # b is now inactive
+    result = await store.push_batch([a, b, c, d, d], source="t")
+    assert result.pushed == [False, False, False, True, False]
+    assert (await store.summary()).tracked == 4
+    assert (await store.counters())["duplicate"] == 4
+
+
+# --- claim --------------------------------------------------------------------------------------------------
+
+
+async def test_claim_takes_the_oldest_records_first(store: QueueStore) -> None:
+    records = make_records(5)
+    await store.push_batch(records[:3], source="t")
+    await store.push_batch(records[3:], source="t")
+    await register(store)
+    first = await store.claim(WORKER, 2)
+    second = await store.claim(WORKER, 10)
+    assert first.status is ClaimStatus.OK
+    assert [r.checksum for r in first.records + second.records] == [r.checksum for r in records]
+    assert await store.processing(WORKER) == [r.checksum for r in reversed(records)]
+    assert (await store.claim(WORKER, 1)).records == []
+
+
+async def test_claim_takes_nothing_while_action_is_off(store: QueueStore) -> None:
+    await store.push_batch(make_records(2), source="t")
+    await register(store)
+    await store.set_flag(Flag.ACTION, False)
+    claim = await store.claim(WORKER, 10)
+    assert claim.status is ClaimStatus.ACTION_OFF and claim.records == []
+    assert (await store.summary()).active == 2
+    await store.set_flag(Flag.ACTION, True)
+    assert len((await store.claim(WORKER, 10)).records) == 2
+
+
+async def test_claim_refuses_an_unregistered_worker(store: QueueStore) -> None:
+    await store.push_batch(make_records(1), source="t")
+    claim = await store.claim("ghost", 1)
+    assert claim.status is ClaimStatus.UNREGISTERED
+    assert (await store.summary()).active == 1
+
+
+# --- ack and fail -------------------------------------------------------------------------------------------
+
+
+async def test_ack_forgets_the_record_and_its_history(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    await register(store)
+    await store.claim(WORKER, 1)
+    await store.fail(WORKER, [(record.checksum, "boom")], max_errors=3)
+    await store.claim(WORKER, 1)
+    assert await store.ack(WORKER, [(record.checksum, "12ms")]) == [True]
+    assert await store.record_state(record.checksum) is None
+    summary = await store.summary()
+    assert (summary.tracked, summary.active, summary.in_flight) == (0, 0, 0)
+    assert (await store.events(1))[0].kind == "done"
+
+
+async def test_ack_of_a_record_the_worker_no_longer_holds_changes_nothing(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    await register(store, ttl=0.05)
+    await store.claim(WORKER, 1)
+    await asyncio.sleep(0.1)
+    assert await store.reclaim_dead(WORKER, max_crashes=3) is not None
+    assert await store.ack(WORKER, [(record.checksum, "")]) == [False]
+    assert await active_ids(store) == [record.checksum]
+
+
+async def test_failed_record_goes_to_the_left_end_until_max_errors_is_exceeded(store: QueueStore) -> None:
+    a, b = make_records(2)
+    await store.push_batch([a, b], source="t")
+    await register(store)
+    for attempt in range(1, 4):
+        claimed = await store.claim(WORKER, 1)
+        assert [r.checksum for r in claimed.records] == [a.checksum if attempt % 2 else b.checksum]
+        outcome = await store.fail(WORKER, [(claimed.records[0].checksum, f"err {attempt}")], max_errors=1)
+        expected = FailOutcome.RETRY if attempt < 3 else FailOutcome.INACTIVE
+        assert outcome == [expected]
+    assert await inactive_ids(store) == [a.checksum]
+    state = await store.record_state(a.checksum)
+    assert state is not None and state.where == "inactive" and state.errors == 2 and state.last_error == "err 3"
+
+
+async def test_max_errors_zero_means_the_first_failure_deactivates(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    await register(store)
+    await store.claim(WORKER, 1)
+    assert await store.fail(WORKER, [(record.checksum, "no")], max_errors=0) == [FailOutcome.INACTIVE]
+
+
+async def test_retry_delay_parks_a_record_until_it_is_due(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    await register(store)
+    await store.claim(WORKER, 1)
+    assert await store.fail(WORKER, [(record.checksum, "later")], max_errors=5, retry_delay=60) == [FailOutcome.DELAYED]
+    summary = await store.summary()
+    assert (summary.delayed, summary.active, summary.in_flight) == (1, 0, 0)
+    assert await store.promote_due() == 0
+    assert await store.promote_due(now=10**10) == 1
+    assert await active_ids(store) == [record.checksum]
+
+
+# --- dead workers -------------------------------------------------------------------------------------------
+
+
+async def test_a_dead_workers_records_return_to_the_next_to_run_end_in_claim_order(store: QueueStore) -> None:
+    records = make_records(4)
+    await store.push_batch(records, source="t")
+    await register(store, ttl=0.05)
+    await store.claim(WORKER, 3)
+    await asyncio.sleep(0.1)
+    assert await store.dead_workers() == [WORKER]
+    reclaimed = await store.reclaim_dead(WORKER, max_crashes=3)
+    assert reclaimed is not None and (reclaimed.returned, reclaimed.deactivated) == (3, 0)
+    assert await active_ids(store) == [
+        records[3].checksum,
+        records[2].checksum,
+        records[1].checksum,
+        records[0].checksum,
+    ]
+    assert await store.dead_workers() == [] and await store.workers() == []
+    assert (await store.record_state(records[0].checksum)).crashes == 1  # type: ignore[union-attr]
+
+
+async def test_a_live_worker_is_never_reclaimed(store: QueueStore) -> None:
+    await store.push_batch(make_records(1), source="t")
+    await register(store)
+    await store.claim(WORKER, 1)
+    assert await store.reclaim_dead(WORKER, max_crashes=3) is None
+    assert len(await store.processing(WORKER)) == 1
+
+
+async def test_a_record_that_keeps_killing_workers_goes_inactive(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    for crash in range(1, 4):
+        await register(store, ttl=0.02)
+        await store.claim(WORKER, 1)
+        await asyncio.sleep(0.05)
+        reclaimed = await store.reclaim_dead(WORKER, max_crashes=2)
+        assert reclaimed is not None
+        assert (reclaimed.returned, reclaimed.deactivated) == ((1, 0) if crash <= 2 else (0, 1))
+    state = await store.record_state(record.checksum)
+    assert state is not None and state.where == "inactive" and "3 crashes" in (state.last_error or "")
+
+
+async def test_release_gives_records_back_without_counting_a_crash(store: QueueStore) -> None:
+    records = make_records(2)
+    await store.push_batch(records, source="t")
+    await register(store)
+    await store.claim(WORKER, 2)
+    assert (await store.release(WORKER)).returned == 2
+    assert await active_ids(store) == [records[1].checksum, records[0].checksum]
+    assert (await store.record_state(records[0].checksum)).crashes == 0  # type: ignore[union-attr]
+
+
+async def test_heartbeat_registers_and_reports_a_swept_worker(store: QueueStore) -> None:
+    assert await store.heartbeat(WORKER, INFO, {"done": 1}, ttl=5) is True
+    assert await store.heartbeat(WORKER, INFO, {"done": 2}, ttl=5) is False
+    (worker,) = await store.workers()
+    assert worker.info == INFO and worker.heartbeat is not None and worker.heartbeat["done"] == 2
+    await store.unregister(WORKER)
+    assert await store.workers() == []
+
+
+# --- range commands -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def ten(store: QueueStore) -> list[str]:
+    """Ten active records; returns their ids as listed (newest first)."""
+    await store.push_batch(make_records(10), source="t")
+    return await active_ids(store)
+
+
+async def test_advance_moves_a_range_to_the_next_to_run_end_keeping_order(store: QueueStore, ten: list[str]) -> None:
+    assert await store.advance(ten[2], ten[4]) == 3
+    assert await active_ids(store) == ten[:2] + ten[5:] + ten[2:5]
+    await register(store)
+    assert [r.checksum for r in (await store.claim(WORKER, 3)).records] == [ten[4], ten[3], ten[2]]
+
+
+async def test_deactivate_then_activate_round_trips_a_range(store: QueueStore, ten: list[str]) -> None:
+    assert await store.deactivate(ten[0], ten[2]) == 3
+    assert await inactive_ids(store) == ten[0:3]
+    assert await store.activate(ten[1], ten[2]) == 2
+    assert await inactive_ids(store) == [ten[0]]
+    assert await active_ids(store) == ten[1:3] + ten[3:]
+
+
+async def test_activate_resets_the_failure_count(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="t")
+    await register(store)
+    await store.claim(WORKER, 1)
+    await store.fail(WORKER, [(record.checksum, "x")], max_errors=0)
+    assert await store.activate(record.checksum, record.checksum) == 1
+    state = await store.record_state(record.checksum)
+    assert state is not None and (state.where, state.errors, state.last_error) == ("active", 0, None)
+
+
+async def test_delete_forgets_a_range_of_either_list(store: QueueStore, ten: list[str]) -> None:
+    await store.deactivate(ten[8], ten[9])
+    assert await store.delete(QueueList.ACTIVE, ten[0], ten[1]) == 2
+    assert await store.delete(QueueList.INACTIVE, ten[9], ten[9]) == 1
+    assert await active_ids(store) == ten[2:8]
+    assert await inactive_ids(store) == [ten[8]]
+    assert (await store.summary()).tracked == 7
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "message"),
+    [
+        (5, 2, "reversed range"),
+        ("unknown", 2, "no record has this id"),
+        (2, "inactive", "it is in the inactive queue"),
+    ],
+)
+async def test_a_bad_range_is_refused_and_nothing_moves(
+    store: QueueStore, ten: list[str], first: object, last: object, message: str
+) -> None:
+    await store.deactivate(ten[9], ten[9])
+
+    def pick(x: object) -> str:
+        return {"unknown": "f" * 32, "inactive": ten[9]}[x] if isinstance(x, str) else ten[x]  # type: ignore[index]
+
+    with pytest.raises(RangeError, match=message):
+        await store.advance(pick(first), pick(last))
+    assert await active_ids(store) == ten[:9]
+
+
+async def test_a_range_naming_an_in_flight_record_says_so(store: QueueStore, ten: list[str]) -> None:
+    await register(store)
+    await store.claim(WORKER, 1)
+    with pytest.raises(RangeError, match="in flight"):
+        await store.deactivate(ten[0], ten[9])
+
+
+async def test_activate_all_moves_every_inactive_record_back_in_order(store: QueueStore, ten: list[str]) -> None:
+    await store.deactivate(ten[0], ten[4])
+    assert await store.activate_all() == 5
+    assert await active_ids(store) == ten
+    assert await inactive_ids(store) == []
+
+
+# --- clear, summary, listing, events, flags -----------------------------------------------------------------
+
+
+async def test_clear_forgets_everything_but_keeps_flags(store: QueueStore, ten: list[str]) -> None:
+    await register(store)
+    await store.claim(WORKER, 2)
+    await store.deactivate(ten[0], ten[1])
+    await store.set_flag(Flag.READ, False)
+    assert await store.clear() == 10
+    summary = await store.summary()
+    assert (summary.tracked, summary.active, summary.inactive, summary.in_flight) == (0, 0, 0, 0)
+    assert summary.read is False and summary.workers == 1
+    assert await store.processing(WORKER) == []
+
+
+async def test_summary_counts_every_place_a_record_can_be(store: QueueStore, ten: list[str]) -> None:
+    await register(store)
+    await store.claim(WORKER, 3)
+    await store.deactivate(ten[0], ten[1])
+    summary = await store.summary()
+    assert (summary.active, summary.inactive, summary.in_flight, summary.tracked) == (5, 2, 3, 10)
+    assert summary.action and summary.read and summary.workers == 1
+    assert summary.counters["pushed"] == 10 and summary.counters["claimed"] == 3
+
+
+async def test_list_pages_and_streams_in_queue_order(store: QueueStore, ten: list[str]) -> None:
+    assert [r.checksum for r in await store.list_records(QueueList.ACTIVE, offset=3, limit=4)] == ten[3:7]
+    assert await store.list_records(QueueList.ACTIVE, limit=0) == []
+    streamed = [r.checksum async for r in store.iter_records(QueueList.ACTIVE, chunk=3)]
+    assert streamed == ten
+    everything = {r.checksum async for r in store.iter_records(None, chunk=3)}
+    assert everything == set(ten)
+
+
+async def test_events_record_what_happened_in_order(store: QueueStore) -> None:
+    a, b = make_records(2)
+    await store.push_batch([a, a, b], source="t")
+    events = await store.events(10)
+    assert [(e.kind, e.record_id) for e in events] == [
+        ("pushed", a.checksum),
+        ("duplicate", a.checksum),
+        ("pushed", b.checksum),
+    ]
+    later = await store.events_after(events[0].event_id)
+    assert [e.kind for e in later] == ["duplicate", "pushed"]
+
+
+async def test_event_stream_is_trimmed_by_length_and_age(redis_url: str) -> None:
+    store = QueueStore.from_url(redis_url, "small", events_max_len=100)
+    try:
+        await store.push_batch(make_records(1000), source="t")
+        assert len(await store.events(10_000)) < 400  # approximate trimming keeps whole stream nodes
+        await store.trim_events(max_age=-10)  # everything is older than "10 s in the future"
+        assert len(await store.events(10_000)) < 200
+    finally:
+        await store.close()
+
+
+async def test_flag_changes_are_published_at_once(store: QueueStore) -> None:
+    received: list[str] = []
+
+    async def listen() -> None:
+        async for notice in store.notices():
+            received.append(notice)
+            if notice.startswith("flag:"):
+                return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.1)
+    assert await store.set_flag(Flag.READ, False) is True
+    await asyncio.wait_for(listener, 2)
+    assert received[-1] == "flag:read:off"
+    assert (await store.flags())[Flag.READ] is False
+
+
+async def test_push_publishes_work_for_idle_workers(store: QueueStore) -> None:
+    got_work = asyncio.Event()
+
+    async def listen() -> None:
+        async for notice in store.notices():
+            if notice == "work":
+                got_work.set()
+                return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.1)
+    await store.push_batch(make_records(1), source="t")
+    await asyncio.wait_for(got_work.wait(), 2)
+    await listener
+
+
+async def test_a_lease_has_one_holder_at_a_time(store: QueueStore) -> None:
+    assert await store.acquire_lease("catalog", "me", ttl=5)
+    assert not await store.acquire_lease("catalog", "you", ttl=5)
+    assert await store.acquire_lease("catalog", "me", ttl=5)
+    assert not await store.release_lease("catalog", "you")
+    assert await store.release_lease("catalog", "me")
+    assert await store.acquire_lease("catalog", "you", ttl=5)
+
+
+async def test_server_info_reports_version_and_persistence(store: QueueStore) -> None:
+    info = await store.server_info()
+    assert info["redis_version"] and info["aof_enabled"] == 1 and info["appendfsync"] == "always"
+
+
+# --- failures of Redis itself -------------------------------------------------------------------------------
+
+
+async def test_an_unreachable_redis_is_one_clear_error() -> None:
+    from dataq.redis_server import free_port
+
+    store = QueueStore.from_url(f"redis://127.0.0.1:{free_port()}", "transfer", socket_timeout=0.5)
+    try:
+        with pytest.raises(StoreUnavailable, match="unavailable"):
+            await store.push_batch(make_records(1), source="t")
+        with pytest.raises(StoreUnavailable):
+            await store.summary()
+        with pytest.raises(StoreUnavailable):
+            async for _ in store.notices():
+                pass
+    finally:
+        with contextlib.suppress(Exception):
+            await store.close()
+
+
+async def test_records_survive_a_redis_kill_and_restart(make_redis: object) -> None:
+    server = make_redis()  # type: ignore[operator]
+    store = QueueStore.from_url(server.url, "transfer")
+    records: list[Record] = make_records(50)
+    try:
+        await store.push_batch(records, source="t")
+        server.kill()
+        with pytest.raises(StoreUnavailable):
+            await store.summary()
+        server.start()
+        assert (await store.summary()).active == 50
+    finally:
+        await store.close()
+
+
+async def test_a_retried_push_whose_first_try_landed_still_counts_as_pushed(store: QueueStore) -> None:
+    records = make_records(2)
+    await store.push_batch(records[:1], source="10.0.0.1:5", now=1000.0)
+    again = await store.push_batch(records, source="10.0.0.1:5", now=1000.0)
+    assert again.pushed == [True, True]
+    other_source = await store.push_batch(records[:1], source="10.0.0.2:6", now=1000.0)
+    assert other_source.pushed == [False]
+    assert (await store.summary()).active == 2
+
+
+async def test_a_retry_never_queues_again_what_its_lost_attempt_stored_and_a_worker_finished(store: QueueStore) -> None:
+    record, other = make_records(2)
+    await store.push_records([(record, "10.0.0.1:5")], now=1000.5)  # its reply is "lost"
+    await register(store)
+    await store.claim(WORKER, 1)
+    assert await store.ack(WORKER, [(record.checksum, "")]) == [True]  # done before the retry comes
+    again = await store.push_records([(record, "10.0.0.1:5"), (other, "10.0.0.1:5")], now=1000.5, retry=True)
+    assert again.pushed == [True, True]
+    assert await active_ids(store) == [other.checksum]
+    # The same data sent anew (another push, another time) is new work, as in the 2014 design.
+    later = await store.push_records([(record, "10.0.0.1:5")], now=2000.0, retry=True)
+    assert later.pushed == [True]
+    assert await active_ids(store) == [record.checksum, other.checksum]

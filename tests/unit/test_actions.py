@@ -1,0 +1,165 @@
+"""Actions: the registry that builds them from settings, their options and timeouts, the test actions."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint
+from typing import Any
+
+import pytest
+from dataq.actions import Action, NoOptions, load_actions
+from dataq.actions import registry as registry_module
+from dataq.actions.registry import resolve
+from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepAction
+
+from dataq.errors import ActionError, ConfigError
+from dataq.settings import QueueSettings, Settings
+from tests.helpers import make_records
+from tests.pop_support import MarkerAction, MarkerOptions
+
+SOURCE = "/etc/dataq/dataq.toml"
+
+
+def settings_with(actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None = None,
+                  **queue: Any) -> Settings:
+    transfer = QueueSettings("transfer", actions=actions, action_options=options or {}, **queue)
+    return Settings(queues={"transfer": transfer}, source=SOURCE)
+
+
+def build(
+    actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None = None, **queue: Any
+) -> list[Action[Any]]:
+    settings = settings_with(actions, options, **queue)
+    return load_actions(settings.queue("transfer"), settings)
+
+
+def config_error(actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        build(actions, options)
+    return str(info.value)
+
+
+def test_builtin_actions_are_built_in_order_with_their_options() -> None:
+    echo, sleep, fail = build(("echo", "sleep", "fail"), {"fail": {"message": "no disk"}})
+    assert (type(echo), type(sleep), type(fail)) == (EchoAction, SleepAction, FailAction)
+    assert echo.options == NoOptions()
+    assert sleep.options.seconds == 1.0
+    assert fail.options.message == "no disk"
+
+
+def test_the_installed_entry_points_name_the_shipped_test_actions() -> None:
+    points = {ep.name: ep.value for ep in registry_module.entry_points(group="dataq.actions")}
+    assert {name: points[name] for name in ("echo", "fail", "sleep")} == {
+        "echo": "dataq.actions.testing:EchoAction",
+        "fail": "dataq.actions.testing:FailAction",
+        "sleep": "dataq.actions.testing:SleepAction",
+    }
+    assert resolve("sleep").cls is SleepAction
+
+
+def test_an_inline_argument_sets_the_option_the_action_names() -> None:
+    (sleep,) = build(("sleep:0.25",))
+    assert sleep.options.seconds == 0.25
+    (fail,) = build(("fail:disk-full",))
+    assert fail.options.message == "disk-full"
+
+
+def test_an_action_is_found_by_import_path_with_its_options_table() -> None:
+    (marker,) = build(("tests.pop_support:MarkerAction",),
+                      {"tests.pop_support:MarkerAction": {"dir": "/tmp/m", "seconds": 1}})
+    assert isinstance(marker, MarkerAction)
+    assert marker.options == MarkerOptions(dir="/tmp/m", seconds=1.0)
+
+
+def test_the_timeout_is_the_actions_own_option_else_the_queues() -> None:
+    own, default = build(("sleep", "echo"), {"sleep": {"timeout": 3}}, action_timeout=42.0)
+    assert (own.timeout, default.timeout) == (3.0, 42.0)
+    (unset,) = build(("sleep",), action_timeout=7.0)
+    assert unset.timeout == 7.0
+
+
+@pytest.mark.parametrize(
+    ("actions", "options", "message"),
+    [
+        (("nope",), None, "queues.transfer.actions: unknown action 'nope'; the actions installed are: "),
+        (("sleep:soon",), None, "queues.transfer.actions: in 'sleep:soon', 'soon' is not a valid seconds"),
+        (("echo:loud",), None, "action 'echo' takes no inline argument (in 'echo:loud')"),
+        (("sleep:1",), {"sleep": {"seconds": 2}}, "'sleep:1' and queues.transfer.sleep.seconds both set 'seconds'"),
+        (("sleep",), {"sleep": {"second": 2}}, "unknown key 'queues.transfer.sleep.second'; did you mean 'seconds'?"),
+        (("sleep",), {"sleep": {"seconds": "2"}}, "key 'queues.transfer.sleep.seconds' must be a number"),
+        (("sleep",), {"sleep": {"seconds": -1}}, "queues.transfer.sleep: seconds must be a finite number >= 0"),
+        (("echo",), {"echo": {"x": 1}}, "unknown key 'queues.transfer.echo.x'"),
+        (("tests.pop_support:MarkerAction",), None, "missing key 'queues.transfer.tests.pop_support:MarkerAction.dir'"),
+        (("no_such_module_x:Thing",), None, "unknown action 'no_such_module_x:Thing': no action named"),
+        (("tests.pop_support:Nothing",), None, "module 'tests.pop_support' has no 'Nothing'"),
+        (("tests.helpers:make_records",), None, "tests.helpers:make_records is not a subclass of dataq.actions.Action"),
+    ],
+)
+def test_every_mistake_is_a_config_error_at_start_up_naming_the_file_and_key(
+    actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None, message: str
+) -> None:
+    error = config_error(actions, options)
+    assert error.startswith(f"{SOURCE}: ")
+    assert message in error
+
+
+def test_the_unknown_action_error_lists_the_actions_a_site_can_use() -> None:
+    listed = config_error(("nope",)).split("the actions installed are: ")[1]
+    assert {"echo", "fail", "noop", "sleep"} <= set(listed.split(" (")[0].split(", "))
+
+
+def test_an_options_table_that_no_entry_uses_is_an_error() -> None:
+    # 'tests.pop_support' is a prefix of the entry, which the settings accept; no action takes it, though.
+    message = config_error(("tests.pop_support:MarkerAction:x",), {"tests.pop_support": {}})
+    assert "queues.transfer.tests.pop_support: options for 'tests.pop_support', which names no action here" in message
+
+
+class OtherEcho(Action[NoOptions]):
+    name = "echo"
+
+
+def test_an_entry_point_that_shadows_a_builtin_with_another_class_is_ambiguous(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    point = EntryPoint(name="echo", value=f"{__name__}:OtherEcho", group="dataq.actions")
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [point] if group == "dataq.actions" else [])
+    assert "action name 'echo' is ambiguous" in config_error(("echo",))
+
+
+def test_a_sites_entry_point_adds_an_action_and_a_broken_one_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    points = [
+        EntryPoint(name="mirror", value=f"{__name__}:Mirror", group="dataq.actions"),
+        EntryPoint(name="broken", value="no_such_module_y:Broken", group="dataq.actions"),
+    ]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: points)
+    (mirror,) = build(("mirror",), {"mirror": {"hosts": ["a", "b"]}})
+    assert isinstance(mirror, Mirror) and mirror.options.hosts == ("a", "b")
+    assert "action 'broken' (no_such_module_y:Broken) cannot be loaded" in config_error(("broken",))
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorOptions:
+    hosts: tuple[str, ...] = ()
+
+
+class Mirror(Action[MirrorOptions]):
+    name = "mirror"
+    Options = MirrorOptions
+
+
+async def test_the_shipped_test_actions_do_what_they_say() -> None:
+    (record,) = make_records(1)
+    echo, noop, sleep, fail = build(("echo", "noop", "sleep:0.05", "fail"))
+    for action in (echo, noop, sleep, fail):
+        await action.start()
+    await echo.run(record)
+    await noop.run(record)
+    started = asyncio.get_running_loop().time()
+    await sleep.run(record)
+    assert asyncio.get_running_loop().time() - started >= 0.04
+    with pytest.raises(ActionError, match="failed on purpose"):
+        await fail.run(record)
+    for action in (echo, noop, sleep, fail):
+        await action.close()
+    assert NoopAction.name == "noop"

@@ -1,0 +1,80 @@
+"""Running a queue's actions on one record: order, success, and what each kind of failure says."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from dataq.actions import Action, NoOptions
+from structlog.testing import capture_logs
+
+from dataq.errors import ActionError
+from dataq.record import Record
+from dataq.settings import QueueSettings, Settings
+from dataq.worker import run_actions
+from tests.helpers import make_records
+
+RECORD = make_records(1)[0]
+
+
+class Scripted(Action[NoOptions]):
+    """Does what the test says: record its call, then return a value, raise, or hang."""
+
+    def __init__(self, name: str, behaviour: Any = None, calls: list[str] | None = None, timeout: float = 5.0) -> None:
+        queue = QueueSettings("transfer", action_timeout=timeout)
+        super().__init__(NoOptions(), queue=queue, settings=Settings(queues={"transfer": queue}))
+        self.label, self.behaviour, self.calls = name, behaviour, calls if calls is not None else []
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.label
+
+    async def run(self, record: Record) -> None:
+        self.calls.append(self.label)
+        if self.behaviour == "hang":
+            await asyncio.sleep(60)
+        if isinstance(self.behaviour, BaseException):
+            raise self.behaviour
+        return self.behaviour  # type: ignore[no-any-return]
+
+
+async def test_all_actions_run_in_order_and_success_is_none() -> None:
+    calls: list[str] = []
+    assert await run_actions([Scripted("a", calls=calls), Scripted("b", 0, calls)], RECORD) is None
+    assert calls == ["a", "b"]
+
+
+async def test_the_first_failure_stops_the_record_and_names_the_action() -> None:
+    calls: list[str] = []
+    actions = [Scripted("copy", calls=calls), Scripted("move", ActionError("host down"), calls),
+               Scripted("ingest", calls=calls)]
+    assert await run_actions(actions, RECORD) == "move: host down"
+    assert calls == ["copy", "move"]
+
+
+async def test_a_timeout_says_which_action_and_how_long() -> None:
+    assert await run_actions([Scripted("slow", "hang", timeout=0.05)], RECORD) == "action slow timed out after 0.05s"
+
+
+async def test_a_timeout_error_raised_by_the_action_itself_is_not_mistaken_for_its_timeout() -> None:
+    message = await run_actions([Scripted("net", TimeoutError("socket timed out"))], RECORD)
+    assert message == "net: TimeoutError: socket timed out"
+
+
+async def test_an_unexpected_exception_is_a_failure_with_its_type_and_its_traceback_is_logged() -> None:
+    with capture_logs() as logged:
+        assert await run_actions([Scripted("buggy", KeyError("path"))], RECORD) == "buggy: KeyError: 'path'"
+        assert await run_actions([Scripted("plain", ActionError("expected"))], RECORD) == "plain: expected"
+    ((event),) = [entry for entry in logged if entry["log_level"] == "error"]
+    assert event["event"] == "action raised an unexpected error" and event["action"] == "buggy"
+    assert isinstance(event["exc_info"], KeyError)
+
+
+@pytest.mark.parametrize(("result", "expected"), [(1, "status: returned 1"), ("bad", "status: returned 'bad'")])
+async def test_a_non_zero_result_is_a_failure(result: object, expected: str) -> None:
+    assert await run_actions([Scripted("status", result)], RECORD) == expected
+
+
+async def test_an_action_error_without_text_still_says_something() -> None:
+    assert await run_actions([Scripted("mute", ActionError())], RECORD) == "mute: ActionError"
