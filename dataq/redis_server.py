@@ -328,11 +328,13 @@ def _absolute(path: str | Path) -> Path:
 def _await_ready(process: subprocess.Popen[bytes], url: str, deadline: float) -> bool:
     """True once ``process`` answers PING at ``url``; False if it exited or the deadline passed."""
     while process.poll() is None:
+        # The deadline is checked before the probe so that a timeout of 0 fails deterministically rather than
+        # racing a server that happens to come up within the first probe.
+        if time.monotonic() >= deadline:
+            return False
         # Compare pids: another server may answer on a port this one failed to bind.
         if _server_pid(url) == process.pid:
             return True
-        if time.monotonic() >= deadline:
-            return False
         time.sleep(PROBE_INTERVAL)
     return False
 
