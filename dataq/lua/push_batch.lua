@@ -8,7 +8,9 @@
 -- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
--- ARGV[3], ARGV[4], ... pairs: record id, stored record value
+-- ARGV[3] notices channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
+--         claim at once instead of polling)
+-- ARGV[5], ARGV[6], ... pairs: record id, stored record value
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -26,7 +28,7 @@ end
 local status = {}
 local fresh = {}
 local seen = {}
-for i = 3, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id = ARGV[i]
   local repeated = seen[id]
   seen[id] = true
@@ -36,21 +38,24 @@ for i = 3, #ARGV, 2 do
   elseif redis.call('HSETNX', records, id, ARGV[i + 1]) == 1 then
     fresh[#fresh + 1] = id
     status[#status + 1] = '1'
-    if maxlen > 0 then
-      redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'pushed', 'id', id, 'd', push_time(ARGV[i + 1]))
-    end
+    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'pushed', 'id', id, 'd', push_time(ARGV[i + 1])) end
   elseif not repeated and redis.call('HGET', records, id) == ARGV[i + 1] then
     status[#status + 1] = '2'
   else
     status[#status + 1] = '0'
-    if maxlen > 0 then redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'duplicate', 'id', id) end
+    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id) end
   end
 end
 -- unpack() is limited by Lua's C stack, so push in chunks.
 for i = 1, #fresh, 1000 do
   redis.call('LPUSH', active, unpack(fresh, i, math.min(i + 999, #fresh)))
 end
-if #fresh > 0 then redis.call('HINCRBY', counters, 'pushed', #fresh) end
+-- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
+if maxlen > 0 and #status > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
+if #fresh > 0 then
+  redis.call('HINCRBY', counters, 'pushed', #fresh)
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
 local duplicates = select(2, string.gsub(table.concat(status), '0', ''))
 if duplicates > 0 then redis.call('HINCRBY', counters, 'duplicate', duplicates) end
 return { table.concat(status), redis.call('LLEN', active) }

@@ -55,30 +55,18 @@ class LifecycleOps(StoreBase):
     ) -> PushResult:
         """:meth:`push_batch` with a source per record (the push daemon's group commit of many feeders).
 
-        One round trip: the script goes by its SHA inside the pipeline (redis-py's own script call would first
-        ask ``SCRIPT EXISTS``, a second round trip per batch), and is loaded only when Redis lost it (a
-        restart). Retry an unknown outcome with the same items and ``now`` and ``retry=True``: records the lost
-        attempt stored report as pushed, even those a worker has finished since (they are not queued again).
+        One round trip, which also tells idle pop daemons there is work. Retry an unknown outcome with the same
+        items and ``now`` and ``retry=True``: records the lost attempt stored report as pushed, even those a
+        worker has finished since (they are not queued again).
         """
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
-        args: list[Any] = [self.events_max_len, since]
+        k = self.keys
+        args: list[Any] = [self.events_max_len, since, k.notices, NOTICE_WORK]
         for record, source in items:
             args.append(record.checksum)
             args.append(encode_stored(record, pushed_at, source))
-        k = self.keys
-        keys = [k.records, k.active, k.events, k.counters]
-        script = self._scripts["push_batch"]
-        pipe = self.r.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.publish(k.notices, NOTICE_WORK)
-        reply = (await pipe.execute(raise_on_error=False))[0]
-        if isinstance(reply, rexc.NoScriptError):
-            # Nothing ran; the script call loads the script and runs it.
-            reply = await script(keys=keys, args=args)
-            await self.r.publish(k.notices, NOTICE_WORK)
-        elif isinstance(reply, Exception):
-            raise reply
+        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters], args)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
 

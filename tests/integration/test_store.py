@@ -371,20 +371,25 @@ async def test_flag_changes_are_published_at_once(store: QueueStore) -> None:
     assert (await store.flags())[Flag.READ] is False
 
 
-async def test_push_publishes_work_for_idle_workers(store: QueueStore) -> None:
-    got_work = asyncio.Event()
+async def test_a_push_that_queues_records_tells_idle_workers_and_one_of_duplicates_does_not(
+    store: QueueStore,
+) -> None:
+    received: list[str] = []
 
     async def listen() -> None:
         async for notice in store.notices():
-            if notice == "work":
-                got_work.set()
+            received.append(notice)
+            if notice.startswith("flag:"):
                 return
 
     listener = asyncio.create_task(listen())
     await asyncio.sleep(0.1)
-    await store.push_batch(make_records(1), source="t")
-    await asyncio.wait_for(got_work.wait(), 2)
-    await listener
+    records = make_records(2)
+    await store.push_batch(records, source="t")
+    await store.push_batch(records, source="t")  # duplicates only: nothing new to claim
+    await store.set_flag(Flag.READ, False)  # a notice that marks the end of what the pushes published
+    await asyncio.wait_for(listener, 2)
+    assert received == ["work", "flag:read:off"]
 
 
 async def test_a_lease_has_one_holder_at_a_time(store: QueueStore) -> None:
