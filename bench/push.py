@@ -118,6 +118,21 @@ async def measure(port: int, pids: tuple[int, int], window: int, feeders: int, s
     return Cell(pushed / elapsed, cpu)  # type: ignore[arg-type]
 
 
+def fsynced_round_trips(redis_url: str, count: int) -> float | None:
+    """The ceiling for a feeder that waits for each reply: writes/s of Redis's own C client (redis-benchmark),
+    one connection, one SET at a time, against the same server (AOF, fsync always). Every acknowledged record
+    needs one such write; None if redis-benchmark (Debian's redis-tools) is missing."""
+    executable = shutil.which("redis-benchmark")
+    if executable is None:
+        return None
+    host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
+    # Database 15 keeps its keys away from the queue's.
+    result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", "1", "-n", str(count),
+                             "-t", "set", "--csv"], check=True, capture_output=True, text=True)
+    row = result.stdout.strip().splitlines()[-1].split(",")
+    return float(row[1].strip('"'))
+
+
 def machine() -> str:
     model = "unknown CPU"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
@@ -132,6 +147,7 @@ def machine() -> str:
 async def run(quick: bool, repeat: int) -> None:
     counts = RECORDS_QUICK if quick else RECORDS_FULL
     cells: dict[tuple[int, int], list[Cell]] = {(w, f): [] for w in WINDOWS for f in FEEDERS}
+    ceilings: list[float | None] = []
     with tempfile.TemporaryDirectory(prefix="dataq-bench-") as tmp:
         workdir = Path(tmp)
         redis = EmbeddedRedis(workdir / "redis", port=0, appendfsync="always")
@@ -150,6 +166,7 @@ async def run(quick: bool, repeat: int) -> None:
                             await store.clear()  # every cell starts from an empty queue
                             print(f"  round {round_ + 1}: window {window:>6,} x {feeders} feeder(s): "
                                   f"{cell.rate:>10,.0f} records/s", file=sys.stderr)
+                    ceilings.append(fsynced_round_trips(redis.url, counts[1]))
         finally:
             await store.close()
             redis.stop()
@@ -170,6 +187,13 @@ async def run(quick: bool, repeat: int) -> None:
         cpu = [statistics.median(cell.cpu[i] for cell in cells[window, 1]) for i in range(3)]
         costs = f"{cpu[0]:.1f} / {cpu[1]:.1f} / {cpu[2]:.1f}"
         print(f"| {window:>8,} | " + " | ".join(row) + f" | {costs:>{len(cpu_title)}} |")
+    measured = sorted(c for c in ceilings if c is not None)
+    if measured:
+        print(f"\nceiling for window 1 (one feeder waiting for each reply): redis-benchmark, 1 connection, SET with "
+              f"fsync always: {statistics.median(measured):,.0f} ({measured[-1]:,.0f}) writes/s; each Pushed reply "
+              "needs one such fsynced write")
+    else:
+        print("\nceiling for window 1 not measured: redis-benchmark (Debian's redis-tools) not found")
 
 
 def main() -> None:

@@ -36,8 +36,9 @@ key                    type    what it holds                                    
 ``lock:<name>``        string  a lease (token with TTL) for single-writer work.             holder, TTL
 =====================  ======  ===========================================================  =================
 
-Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes and ``work`` when
-records become runnable, so blocked daemons react at once instead of polling.
+Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
+``dq:{NAME}:work`` carries ``work`` when records become runnable, so blocked daemons react at once instead of
+polling. Two channels, because push daemons care only for flags and would otherwise hear every batch they write.
 """
 
 from __future__ import annotations
@@ -109,8 +110,13 @@ class QueueKeys:
 
     @property
     def notices(self) -> str:
-        """Pub/sub channel (not a key)."""
+        """Pub/sub channel of flag changes (not a key)."""
         return self._key("notices")
+
+    @property
+    def work(self) -> str:
+        """Pub/sub channel of work notices (not a key)."""
+        return self._key("work")
 
     def processing(self, worker: str) -> str:
         return self._key(f"processing:{_checked_worker(worker)}")

@@ -173,7 +173,7 @@ class PushDaemon:
         """Notices switch ``read`` at once; on every (re)subscription the flags are read again, since notices
         sent while the connection was down are lost."""
         # An async generator (typed as an iterator): closed here, so its pub/sub connection goes at once.
-        notices = cast(AsyncGenerator[str, None], self.store.notices())
+        notices = cast(AsyncGenerator[str, None], self.store.notices(work=False))
         try:
             await self._poll_flags("start")
             async for notice in notices:

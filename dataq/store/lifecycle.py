@@ -62,7 +62,7 @@ class LifecycleOps(StoreBase):
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
         k = self.keys
-        args: list[Any] = [self.events_max_len, since, k.notices, NOTICE_WORK]
+        args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK]
         for record, source in items:
             args.append(record.checksum)
             args.append(encode_stored(record, pushed_at, source))
@@ -154,7 +154,7 @@ class LifecycleOps(StoreBase):
         k = self.keys
         moved = int(await self._script("promote", [k.delayed, k.active], [_now_ms(now), PROMOTE_BATCH]))
         if moved:
-            await self.r.publish(k.notices, NOTICE_WORK)
+            await self.r.publish(k.work, NOTICE_WORK)
         return moved
 
     async def _reclaim(self, worker: str, mode: str, max_crashes: int) -> Reclaimed | None:
@@ -177,7 +177,7 @@ class LifecycleOps(StoreBase):
         if returned < 0:
             return None
         if returned:
-            await self.r.publish(k.notices, NOTICE_WORK)
+            await self.r.publish(k.work, NOTICE_WORK)
         return Reclaimed(int(returned), int(deactivated))
 
     @translated
@@ -260,15 +260,16 @@ class LifecycleOps(StoreBase):
         values: dict[str, str] = await self.r.hgetall(self.keys.flags)
         return {flag: values.get(flag.value, "on") != "off" for flag in Flag}
 
-    async def notices(self) -> AsyncIterator[str]:
-        """Yield the queue's pub/sub notices (``work``, ``flag:<name>:<on|off>``) until the connection drops.
+    async def notices(self, *, work: bool = True) -> AsyncIterator[str]:
+        """Yield the queue's pub/sub notices (``flag:<name>:<on|off>``, and ``work`` unless ``work`` is False)
+        until the connection drops.
 
         Raises StoreUnavailable when it does; the caller resubscribes after a backoff and re-reads the flags,
         since notices sent meanwhile are lost.
         """
         pubsub = self.r.pubsub(ignore_subscribe_messages=True)
         try:
-            await pubsub.subscribe(self.keys.notices)
+            await pubsub.subscribe(*((self.keys.notices, self.keys.work) if work else (self.keys.notices,)))
             while True:
                 message = await pubsub.get_message(timeout=None)
                 if message is not None and message["type"] == "message":

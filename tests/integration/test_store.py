@@ -374,22 +374,24 @@ async def test_flag_changes_are_published_at_once(store: QueueStore) -> None:
 async def test_a_push_that_queues_records_tells_idle_workers_and_one_of_duplicates_does_not(
     store: QueueStore,
 ) -> None:
-    received: list[str] = []
+    everything: list[str] = []
+    flags_only: list[str] = []
 
-    async def listen() -> None:
-        async for notice in store.notices():
+    async def listen(received: list[str], work: bool) -> None:
+        async for notice in store.notices(work=work):
             received.append(notice)
             if notice.startswith("flag:"):
                 return
 
-    listener = asyncio.create_task(listen())
+    listeners = [asyncio.create_task(listen(everything, True)), asyncio.create_task(listen(flags_only, False))]
     await asyncio.sleep(0.1)
     records = make_records(2)
     await store.push_batch(records, source="t")
     await store.push_batch(records, source="t")  # duplicates only: nothing new to claim
     await store.set_flag(Flag.READ, False)  # a notice that marks the end of what the pushes published
-    await asyncio.wait_for(listener, 2)
-    assert received == ["work", "flag:read:off"]
+    await asyncio.wait_for(asyncio.gather(*listeners), 2)
+    assert everything == ["work", "flag:read:off"]
+    assert flags_only == ["flag:read:off"]  # what push daemons listen to: not every batch they write
 
 
 async def test_a_lease_has_one_holder_at_a_time(store: QueueStore) -> None:
