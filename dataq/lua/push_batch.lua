@@ -8,7 +8,7 @@
 -- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
--- ARGV[3] notices channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
+-- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
 --         claim at once instead of polling)
 -- ARGV[5], ARGV[6], ... pairs: record id, stored record value
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
