@@ -6,7 +6,8 @@ queue pre-filled with ``--records`` records (100,000 by default). One or two pop
 written) with the ``action`` flag off until every daemon is registered and subscribed; the clock starts when
 the flag goes on and stops when the queue's ``done`` counter reaches the record count (polled every 5 ms).
 Each record costs a claim (batched: as many as there are free slots per call), its action, and an
-acknowledgement (batched: everything finished since the last call), each a Lua script fsynced by Redis.
+acknowledgement (batched: everything finished since the last call), each a Lua script fsynced by Redis. The
+table also gives the CPU time per record of the daemons together and of redis-server over the timed interval.
 
 Run it: ``.venv/bin/python bench/pop.py [--quick] [--records N]`` (``--quick``: 10,000 records).
 """
@@ -38,7 +39,8 @@ POLL = 0.005
 STARTUP_TIMEOUT = 30.0
 RUN_TIMEOUT = 600.0
 SCENARIOS = (("1 daemon, concurrency 1", 1, 1), ("1 daemon, concurrency 16", 1, 16),
-             ("1 daemon, concurrency 64", 1, 64), ("2 daemons, concurrency 64 each", 2, 64))
+             ("1 daemon, concurrency 64", 1, 64), ("1 daemon, concurrency 256", 1, 256),
+             ("2 daemons, concurrency 64 each", 2, 64))
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,9 @@ class Result:
     label: str
     records: int
     seconds: float
+    daemon_cpu_us: float
+    """CPU µs per record of all pop daemons together, over the timed interval."""
+    redis_cpu_us: float
 
     @property
     def rate(self) -> float:
@@ -82,8 +87,15 @@ async def wait_for(condition: Callable[[], Awaitable[bool]], within: float, what
         await asyncio.sleep(POLL)
 
 
-async def run_scenario(store: QueueStore, config: Path, label: str, daemons: int, concurrency: int,
-                       count: int) -> Result:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_scenario(store: QueueStore, config: Path, redis_pid: int, label: str, daemons: int,
+                       concurrency: int, count: int) -> Result:
     await fill(store, count)
     command = [sys.executable, "-c", "from dataq.cli.main import main; main()", "pop", "--config", str(config),
                "--concurrency", str(concurrency)]
@@ -96,6 +108,8 @@ async def run_scenario(store: QueueStore, config: Path, label: str, daemons: int
             return len(await store.workers()) == daemons and listening == daemons
 
         await wait_for(up, STARTUP_TIMEOUT, "the daemons to start")
+        pids = [child.pid for child in children]
+        cpu_before = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
         started = time.perf_counter()
         await store.set_flag(Flag.ACTION, True)
 
@@ -104,6 +118,7 @@ async def run_scenario(store: QueueStore, config: Path, label: str, daemons: int
 
         await wait_for(drained, RUN_TIMEOUT, "the queue to drain")
         elapsed = time.perf_counter() - started
+        cpu_after = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
     finally:
         for child in children:
             child.send_signal(signal.SIGTERM)
@@ -111,7 +126,9 @@ async def run_scenario(store: QueueStore, config: Path, label: str, daemons: int
             await asyncio.wait_for(child.wait(), 30)
     summary = await store.summary()
     assert summary.tracked == 0 and summary.counters.get("done") == count, summary
-    return Result(label, count, elapsed)
+    daemon_cpu, redis_cpu = ((after - before) / count * 1e6
+                             for before, after in zip(cpu_before, cpu_after, strict=True))
+    return Result(label, count, elapsed, daemon_cpu, redis_cpu)
 
 
 async def main() -> None:
@@ -129,7 +146,8 @@ async def main() -> None:
             store = QueueStore.from_url(server.url, QUEUE)
             try:
                 version = (await store.client.info("server"))["redis_version"]
-                results = [await run_scenario(store, config, label, daemons, concurrency, count)
+                assert server.pid is not None
+                results = [await run_scenario(store, config, server.pid, label, daemons, concurrency, count)
                            for label, daemons, concurrency in SCENARIOS]
             finally:
                 await store.close()
@@ -137,10 +155,13 @@ async def main() -> None:
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.machine()}; daemons are subprocesses;")
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after (other work on the host skews it)")
     print()
-    print(f"| {'scenario':<32} | {'records':>9} | {'seconds':>8} | {'records/s':>10} |")
-    print(f"| {'-' * 32} | {'-' * 9}:| {'-' * 8}:| {'-' * 10}:|")
+    cpu_title = "CPU µs/record: daemons / redis"
+    print(f"| {'scenario':<32} | {'records':>9} | {'seconds':>8} | {'records/s':>10} | {cpu_title} |")
+    print(f"| {'-' * 32} | {'-' * 9}:| {'-' * 8}:| {'-' * 10}:| {'-' * len(cpu_title)}:|")
     for result in results:
-        print(f"| {result.label:<32} | {result.records:>9,} | {result.seconds:>8.2f} | {result.rate:>10,.0f} |")
+        costs = f"{result.daemon_cpu_us:.1f} / {result.redis_cpu_us:.1f}"
+        print(f"| {result.label:<32} | {result.records:>9,} | {result.seconds:>8.2f} | {result.rate:>10,.0f} "
+              f"| {costs:>{len(cpu_title)}} |")
     print()
     print("rerun: .venv/bin/python bench/pop.py [--quick] [--records N]")
 

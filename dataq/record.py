@@ -193,8 +193,9 @@ def encode_stored(record: Record, pushed_at: float, source: str) -> str:
     The push time is kept to the microsecond: together with the source it makes the value of one write unique,
     which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``).
     """
-    if _STORED_SEPARATOR in source:
-        source = source.replace(_STORED_SEPARATOR, "?")
+    if _STORED_SEPARATOR in source or "\n" in source:
+        # NUL separates the fields; a newline would break the claim reply's framing (see ``claim.lua``).
+        source = source.replace(_STORED_SEPARATOR, "?").replace("\n", "?")
     return _STORED_SEPARATOR.join((record.path, str(record.size), str(round(pushed_at * 1_000_000)), source))
 
 

@@ -3,8 +3,11 @@
 The store's ``claim`` never blocks and is atomic with the ``action`` flag, so a record is never claimed while
 action processing is off, however long a worker has been waiting. The waiting is done here: when there is
 nothing to claim (or action is off) the worker sleeps until a pub/sub notice (``work``, ``flag:action:on``) or
-:data:`POLL_INTERVAL`, whichever comes first. Each claim asks for as many records as there are free slots, and a
-slot is free again only once its record is settled (see :mod:`dataq.settle`).
+:data:`POLL_INTERVAL`, whichever comes first. Each claim asks for as many records as there are free slots. A slot
+is free again once its action ends, so the next claim travels while the finished records are being settled (see
+:mod:`dataq.settle`): without that overlap the daemon and Redis take turns, each idle while the other works. At
+most ``concurrency`` finished records wait for settlement, though: an outage pauses claiming instead of piling up
+results that cannot be settled.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from dataq.actions import Action
+from dataq.deadlines import Deadlines
 from dataq.errors import ActionError, ActionTimeout, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.notices import Outbox
@@ -29,6 +33,8 @@ from dataq.store import NOTICE_WORK, ClaimStatus, Flag, QueueStore
 POLL_INTERVAL = 1.0
 """Seconds an idle worker waits for a notice before it tries to claim anyway (notices are lost while the
 pub/sub connection is down, and a delayed retry falls due without one)."""
+GATHER_DELAY = 0.001
+"""Seconds the claim loop waits for more slots to free when only a few are."""
 CANCEL_WAIT = 5.0
 """Seconds cancelled actions get to unwind before shutdown goes on without them."""
 ACTION_ON_NOTICE = f"flag:{Flag.ACTION.value}:on"
@@ -37,18 +43,20 @@ WAKING_NOTICES = frozenset({NOTICE_WORK, ACTION_ON_NOTICE})
 log = get_logger()
 
 
+_ActionRun = Callable[[Record], Awaitable[object]]
 ActionObserver = Callable[[str, float], None]
 """Told how long each action took on a record (action name, seconds), whatever its outcome."""
 
 
 async def run_actions(
-    actions: Sequence[Action[Any]], record: Record, observe: ActionObserver | None = None
+    actions: Sequence[Action[Any]], record: Record, deadlines: Deadlines, observe: ActionObserver | None = None
 ) -> str | None:
-    """Run every action on the record in order; None when all succeed, else what failed (the first failure)."""
+    """Run every action on the record in order, each within its timeout; None when all succeed, else what failed
+    (the first failure)."""
     for action in actions:
         started = time.monotonic()
         try:
-            failure = await _run_one(action, record)
+            failure = await _run_one(action, record, deadlines)
         finally:
             if observe is not None:
                 observe(action.name, time.monotonic() - started)
@@ -57,19 +65,19 @@ async def run_actions(
     return None
 
 
-async def _run_one(action: Action[Any], record: Record) -> str | None:
+async def _run_one(action: Action[Any], record: Record, deadlines: Deadlines) -> str | None:
     """One action on one record: None on success, else what failed."""
-    scope = asyncio.timeout(action.timeout)
     try:
-        async with scope:
-            # Run is declared to return None, but a plugin that returns a status (0 = success) is honoured.
-            result = await cast(Callable[[Record], Awaitable[object]], action.run)(record)
+        with deadlines.limit(action.timeout) as limit:
+            try:
+                # Run is declared to return None, but a plugin that returns a status (0 = success) is honoured.
+                result = await cast(_ActionRun, action.run)(record)
+            except asyncio.CancelledError:
+                if not limit.timed_out():
+                    raise
+                return str(ActionTimeout(f"action {action.name} timed out after {action.timeout:g}s"))
     except ActionError as exc:
         return f"{action.name}: {str(exc) or type(exc).__name__}"
-    except TimeoutError as exc:
-        if scope.expired():
-            return str(ActionTimeout(f"action {action.name} timed out after {action.timeout:g}s"))
-        return _unexpected(action, record, exc)
     except Exception as exc:
         return _unexpected(action, record, exc)
     if result is not None and result != 0:
@@ -105,6 +113,9 @@ class PopWorker:
         self._held: Counter[str] = Counter()
         """Ids claimed and not yet settled: running, or finished and waiting for the settler. A multiset: a
         failed record may be claimed again before the reply of the call that settled it arrives."""
+        self._deadlines = Deadlines()
+        self._running = 0
+        """Actions under way (counted down as each ends, before its task is gone from ``_tasks``)."""
         self._claim_lost = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -122,6 +133,10 @@ class PopWorker:
         """What the heartbeat publishes (``dataq-cli`` shows it)."""
         return {"done": self.settler.acknowledged, "failed": self.settler.failures, "running": len(self._tasks)}
 
+    def free_slots(self) -> int:
+        """Records the next claim may take: no more than ``concurrency`` running, nor waiting for settlement."""
+        return min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
+
     def wake(self) -> None:
         """Something may be claimable now: try at once instead of at the next poll."""
         self._wake.set()
@@ -135,10 +150,15 @@ class PopWorker:
         backoff = Backoff()
         while not self._stopping:
             self._wake.clear()
-            free = self.concurrency - self._held.total()
+            free = self.free_slots()
             if free <= 0:
-                await self._wake.wait()  # a settled record, or stop
+                await self._wake.wait()  # an action ended, a record settled, or stop
                 continue
+            if free < self.concurrency // 4 and self._running:
+                # Gather a few more free slots first: a claim of one or two records costs Redis and this daemon
+                # nearly as much as a claim of dozens.
+                await asyncio.sleep(GATHER_DELAY)
+                free = self.free_slots()
             try:
                 if self._claim_lost:
                     await self._recover_lost_claim()
@@ -204,6 +224,7 @@ class PopWorker:
         if self._held[record.id]:
             self.settler.claimed_again(record.id)
         self._held[record.id] += 1
+        self._running += 1
         task = asyncio.create_task(self._run(record), name=f"record {record.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -211,7 +232,7 @@ class PopWorker:
     async def _run(self, record: Record) -> None:
         started = time.monotonic()
         try:
-            failure = await run_actions(self.actions, record, self.observe_action)
+            failure = await run_actions(self.actions, record, self._deadlines, self.observe_action)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -219,6 +240,9 @@ class PopWorker:
             # A cancellation from inside an action (a library cancelling its own future) is the action failing;
             # left unsettled, the record would sit in our processing list, its slot lost, while we live.
             failure = "action was cancelled from within"
+        finally:
+            self._running -= 1
+            self.wake()
         if failure is None:
             self.settler.succeeded(record, time.monotonic() - started)
         else:
@@ -228,7 +252,7 @@ class PopWorker:
     def _slots_freed(self, ids: list[str]) -> None:
         self._held.subtract(ids)
         self._held = +self._held  # drops the ids now at zero
-        self._wake.set()
+        self.wake()
 
     def _note_action_flag(self, off: bool) -> None:
         if off != self._action_off:

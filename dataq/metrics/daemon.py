@@ -13,7 +13,7 @@ from typing import Protocol
 
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
-from dataq.metrics.registry import Registry
+from dataq.metrics.registry import HistogramChild, Registry
 from dataq.store.types import Flag, Summary
 
 WAIT_BUCKETS = (0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
@@ -82,6 +82,9 @@ class DaemonMetrics:
             self._done, self._failed, self._deactivated, self._claim_latency)
         for metric in (*own, self._reconnects):
             metric.labels(queue=queue)
+        # Observed once per record: the labelled series are looked up once, not per observation.
+        self._claim_latency_series = self._claim_latency.labels(queue=queue)
+        self._action_duration_series: dict[str, HistogramChild] = {}
 
     # push daemon
     def pushed(self, n: int = 1) -> None:
@@ -105,11 +108,15 @@ class DaemonMetrics:
         self._deactivated.labels(queue=self.queue).inc(n)
 
     def action_duration(self, action: str, seconds: float) -> None:
-        self._action_duration.labels(queue=self.queue, action=action).observe(seconds)
+        series = self._action_duration_series.get(action)
+        if series is None:
+            series = self._action_duration_series[action] = self._action_duration.labels(queue=self.queue,
+                                                                                          action=action)
+        series.observe(seconds)
 
     def claim_latency(self, seconds: float) -> None:
         """Observe the time a record waited: ``time.time() - record.pushed_at`` when it is claimed."""
-        self._claim_latency.labels(queue=self.queue).observe(max(0.0, seconds))
+        self._claim_latency_series.observe(max(0.0, seconds))
 
     def mirror_totals(self, totals: Mapping[str, int]) -> None:
         """Take this process's running totals (``pushed``, ``duplicate``, ``input_error``, ``done``, ``failed``,

@@ -8,6 +8,7 @@ event loop, so no locks.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -92,10 +93,9 @@ class HistogramChild:
         self.count, self.sum = 0, 0.0
 
     def observe(self, value: float) -> None:
-        for index, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[index] += 1
-                break
+        index = bisect.bisect_left(self.bounds, value)  # the first bound >= value: its ``le`` bucket
+        if index < len(self.bounds):
+            self.counts[index] += 1
         self.count += 1
         self.sum += value
 

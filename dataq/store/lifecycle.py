@@ -88,8 +88,10 @@ class LifecycleOps(StoreBase):
             [max_count, self.events_max_len, worker],
         )
         status = ClaimStatus(reply[0])
-        records = [decode_stored(reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
-        return Claim(status, records)
+        if len(reply) < 3:
+            return Claim(status, [])
+        ids, values = reply[1].split("\n"), reply[2].split("\n")
+        return Claim(status, [decode_stored(record_id, value) for record_id, value in zip(ids, values, strict=True)])
 
     @translated
     async def ack(self, worker: str, done: Sequence[tuple[str, str]]) -> list[bool]:
@@ -97,9 +99,9 @@ class LifecycleOps(StoreBase):
         if not done:
             return []
         k = self.keys
-        args: list[Any] = [self.events_max_len]
-        for record_id, detail in done:
-            args += [record_id, detail]
+        ids = "\n".join(record_id for record_id, _ in done)
+        details = "\n".join(detail.replace("\n", " ") for _, detail in done)
+        args: list[Any] = [self.events_max_len, ids, details]
         status = await self._script(
             "ack",
             [

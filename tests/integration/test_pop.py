@@ -288,6 +288,43 @@ async def test_a_lost_reply_neither_strands_nor_repeats_a_record(
     assert (await store.summary()).tracked == 0
 
 
+class StalledSettlement(QueueStore):
+    """A real store whose acknowledgements wait until the test lets them through (Redis slow or unreachable)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(connect(url), QUEUE)
+        self.let_through = asyncio.Event()
+
+    async def ack(self, worker: str, done: Sequence[tuple[str, str]]) -> list[bool]:
+        await self.let_through.wait()
+        return await super().ack(worker, done)
+
+
+async def test_finished_records_free_their_slots_but_unsettled_results_never_exceed_the_concurrency(
+    store: QueueStore, redis_url: str, tmp_path: Path
+) -> None:
+    await store.push_batch(make_records(10), source="t")
+    settings = settings_for(tmp_path, redis_url, actions=["echo"], pop={"concurrency": 2})
+    stalled = StalledSettlement(redis_url)
+    try:
+        daemon = PopDaemon(settings, settings.queue(QUEUE), stalled, load_actions(settings.queue(QUEUE), settings))
+        stop = asyncio.Event()
+        task = asyncio.create_task(daemon.run(stop))
+        # Two ran and wait for their acknowledgement; their slots ran two more; then claiming stops.
+        await wait_for_value(lambda: _in_flight(store), 4, what="4 records claimed")
+        await asyncio.sleep(0.5)
+        summary = await store.summary()
+        assert (summary.in_flight, summary.active, summary.counters["claimed"]) == (4, 6, 4)
+        assert daemon.worker.running == 0
+        stalled.let_through.set()
+        await wait_for_value(lambda: counter(store, "done"), 10, what="every record done once acks go through")
+        stop.set()
+        assert await task == 0
+    finally:
+        await stalled.close()
+    assert (await store.summary()).tracked == 0
+
+
 async def test_a_cancellation_from_inside_an_action_fails_the_record_instead_of_stranding_it(
     store: QueueStore, redis_url: str, tmp_path: Path
 ) -> None:

@@ -71,6 +71,35 @@ async def test_claim_takes_the_oldest_records_first(store: QueueStore) -> None:
     assert (await store.claim(WORKER, 1)).records == []
 
 
+async def test_a_claim_for_no_records_takes_none(store: QueueStore) -> None:
+    await store.push_batch(make_records(3), source="t")
+    await register(store)
+    assert (await store.claim(WORKER, 0)).records == []
+    assert (await store.summary()).active == 3
+
+
+async def test_an_id_whose_record_is_gone_is_dropped_by_the_claim_and_counted(store: QueueStore) -> None:
+    a, b, c = make_records(3)
+    await store.push_batch([a, b, c], source="t")
+    await register(store)
+    await store.client.hdel(store.keys.records, b.checksum)  # as a hand edit or a half-restored dump would leave it
+    claim = await store.claim(WORKER, 10)
+    assert [r.checksum for r in claim.records] == [a.checksum, c.checksum]
+    assert await store.processing(WORKER) == [c.checksum, a.checksum]
+    assert (await store.counters())["orphaned"] == 1
+
+
+async def test_a_value_written_by_hand_with_a_newline_does_not_break_the_claim_of_its_batch(store: QueueStore) -> None:
+    a, b = make_records(2)
+    await store.push_batch([a, b], source="t")
+    await register(store)
+    stored = await store.client.hget(store.keys.records, a.checksum)
+    await store.client.hset(store.keys.records, a.checksum, stored.replace("\0t", "\0line\nbreak"))
+    claim = await store.claim(WORKER, 10)
+    assert [(r.checksum, r.path, r.source) for r in claim.records] == [
+        (a.checksum, a.path, "line?break"), (b.checksum, b.path, "t")]
+
+
 async def test_claim_takes_nothing_while_action_is_off(store: QueueStore) -> None:
     await store.push_batch(make_records(2), source="t")
     await register(store)
@@ -104,6 +133,23 @@ async def test_ack_forgets_the_record_and_its_history(store: QueueStore) -> None
     summary = await store.summary()
     assert (summary.tracked, summary.active, summary.in_flight) == (0, 0, 0)
     assert (await store.events(1))[0].kind == "done"
+
+
+async def test_a_batch_ack_settles_each_record_with_its_own_event_detail(store: QueueStore) -> None:
+    records = make_records(4)
+    await store.push_batch(records, source="t")
+    await register(store)
+    await store.claim(WORKER, 4)
+    details = ["duration_ms=5", "", "two\nlines", "duration_ms=7"]
+    ghost = "f" * 32  # never claimed: not owned
+    done = [(r.checksum, d) for r, d in zip(records, details, strict=True)]
+    assert await store.ack(WORKER, [done[0], (ghost, "x"), *done[1:]]) == [True, False, True, True, True]
+    events = [e for e in await store.events(20) if e.kind == "done"]
+    assert [(e.record_id, e.detail) for e in events] == [
+        (records[0].checksum, "duration_ms=5"), (records[1].checksum, ""), (records[2].checksum, "two lines"),
+        (records[3].checksum, "duration_ms=7")]
+    summary = await store.summary()
+    assert (summary.tracked, summary.in_flight, summary.counters["done"]) == (0, 0, 4)
 
 
 async def test_ack_of_a_record_the_worker_no_longer_holds_changes_nothing(store: QueueStore) -> None:

@@ -9,6 +9,7 @@ import pytest
 from dataq.actions import Action, NoOptions
 from structlog.testing import capture_logs
 
+from dataq.deadlines import Deadlines
 from dataq.errors import ActionError
 from dataq.record import Record
 from dataq.settings import QueueSettings, Settings
@@ -16,6 +17,10 @@ from dataq.worker import run_actions
 from tests.helpers import make_records
 
 RECORD = make_records(1)[0]
+
+
+async def run_on_record(actions: list[Action[Any]]) -> str | None:
+    return await run_actions(actions, RECORD, Deadlines())
 
 
 class Scripted(Action[NoOptions]):
@@ -41,7 +46,7 @@ class Scripted(Action[NoOptions]):
 
 async def test_all_actions_run_in_order_and_success_is_none() -> None:
     calls: list[str] = []
-    assert await run_actions([Scripted("a", calls=calls), Scripted("b", 0, calls)], RECORD) is None
+    assert await run_on_record([Scripted("a", calls=calls), Scripted("b", 0, calls)]) is None
     assert calls == ["a", "b"]
 
 
@@ -49,23 +54,23 @@ async def test_the_first_failure_stops_the_record_and_names_the_action() -> None
     calls: list[str] = []
     actions = [Scripted("copy", calls=calls), Scripted("move", ActionError("host down"), calls),
                Scripted("ingest", calls=calls)]
-    assert await run_actions(actions, RECORD) == "move: host down"
+    assert await run_on_record(actions) == "move: host down"
     assert calls == ["copy", "move"]
 
 
 async def test_a_timeout_says_which_action_and_how_long() -> None:
-    assert await run_actions([Scripted("slow", "hang", timeout=0.05)], RECORD) == "action slow timed out after 0.05s"
+    assert await run_on_record([Scripted("slow", "hang", timeout=0.05)]) == "action slow timed out after 0.05s"
 
 
 async def test_a_timeout_error_raised_by_the_action_itself_is_not_mistaken_for_its_timeout() -> None:
-    message = await run_actions([Scripted("net", TimeoutError("socket timed out"))], RECORD)
+    message = await run_on_record([Scripted("net", TimeoutError("socket timed out"))])
     assert message == "net: TimeoutError: socket timed out"
 
 
 async def test_an_unexpected_exception_is_a_failure_with_its_type_and_its_traceback_is_logged() -> None:
     with capture_logs() as logged:
-        assert await run_actions([Scripted("buggy", KeyError("path"))], RECORD) == "buggy: KeyError: 'path'"
-        assert await run_actions([Scripted("plain", ActionError("expected"))], RECORD) == "plain: expected"
+        assert await run_on_record([Scripted("buggy", KeyError("path"))]) == "buggy: KeyError: 'path'"
+        assert await run_on_record([Scripted("plain", ActionError("expected"))]) == "plain: expected"
     ((event),) = [entry for entry in logged if entry["log_level"] == "error"]
     assert event["event"] == "action raised an unexpected error" and event["action"] == "buggy"
     assert isinstance(event["exc_info"], KeyError)
@@ -73,8 +78,8 @@ async def test_an_unexpected_exception_is_a_failure_with_its_type_and_its_traceb
 
 @pytest.mark.parametrize(("result", "expected"), [(1, "status: returned 1"), ("bad", "status: returned 'bad'")])
 async def test_a_non_zero_result_is_a_failure(result: object, expected: str) -> None:
-    assert await run_actions([Scripted("status", result)], RECORD) == expected
+    assert await run_on_record([Scripted("status", result)]) == expected
 
 
 async def test_an_action_error_without_text_still_says_something() -> None:
-    assert await run_actions([Scripted("mute", ActionError())], RECORD) == "mute: ActionError"
+    assert await run_on_record([Scripted("mute", ActionError())]) == "mute: ActionError"
