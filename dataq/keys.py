@@ -26,7 +26,9 @@ key                    type    what it holds                                    
 ``counters``           hash    monotonic totals: pushed, duplicate, claimed, done, failed,  scripts; permanent
                                deactivated, ... (for metrics and rates)
 ``events``             stream  one entry per event: ``k`` kind, ``id``, ``d`` detail;        scripts; trimmed
-                               trimmed to a configured length and age.                      by length and age
+                               a push writes one ``pushed`` entry per batch, its ids        by length and age
+                               joined by newlines. Trimmed to a configured number of
+                               entries and age.
 ``workers``            hash    worker id -> JSON (role, host, pid, started).                daemons register;
                                                                                             sweeper removes
 ``processing:<w>``     list    ids worker ``w`` has claimed and is running; newest left.    claim, ack, fail,

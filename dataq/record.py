@@ -193,6 +193,9 @@ def encode_stored(record: Record, pushed_at: float, source: str) -> str:
     The push time is kept to the microsecond: together with the source it makes the value of one write unique,
     which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``).
     """
+    if _STORED_SEPARATOR in record.path or "\n" in record.path:
+        # Parsing never lets such a path through; a record built in code might, and would corrupt the framing.
+        raise InvalidRecord(f"path {record.path!r} contains a NUL or a newline")
     if _STORED_SEPARATOR in source or "\n" in source:
         # NUL separates the fields; a newline would break the claim reply's framing (see ``claim.lua``).
         source = source.replace(_STORED_SEPARATOR, "?").replace("\n", "?")

@@ -155,7 +155,8 @@ class EventSettings(_Section):
     """Trimming of each queue's event stream."""
 
     max_len: int = _setting(100_000, ge=1)
-    """Most events kept per queue."""
+    """Most event stream entries kept per queue: one per claim, done, failure... of a record, and one per push
+    batch, however many records it queued."""
     max_age: float = _setting(86400.0, gt=0)
     """Seconds an event is kept."""
 

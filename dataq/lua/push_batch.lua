@@ -10,7 +10,9 @@
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
 --         claim at once instead of polling)
--- ARGV[5], ARGV[6], ... pairs: record id, stored record value
+-- ARGV[5] the record ids, joined by newlines     ARGV[6] their stored values, in the same order, joined by newlines
+--         (two arguments, not two per record: the client packs each argument on its own, at a cost; neither an id
+--         nor a stored value holds a newline). Every value of one call carries the same push time.
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -22,29 +24,43 @@ local retrying = tonumber(ARGV[2]) > 0
 if retrying then
   for _, entry in ipairs(redis.call('XRANGE', events, ARGV[2], '+')) do
     local fields = entry[2]
-    if fields[2] == 'pushed' and fields[6] then landed[fields[4] .. ' ' .. fields[6]] = true end
+    if fields[2] == 'pushed' and fields[6] then
+      for id in string.gmatch(fields[4], '[^\n]+') do landed[id .. ' ' .. fields[6]] = true end
+    end
   end
+end
+local ids, values = {}, {}
+for id in string.gmatch(ARGV[5], '[^\n]+') do ids[#ids + 1] = id end
+for value in string.gmatch(ARGV[6], '[^\n]+') do values[#values + 1] = value end
+if #ids ~= #values then
+  return redis.error_reply('ERR push_batch: ' .. #ids .. ' ids but ' .. #values .. ' stored values')
 end
 local status = {}
 local fresh = {}
 local seen = {}
-for i = 5, #ARGV, 2 do
-  local id = ARGV[i]
+local batch_time
+for i = 1, #ids do
+  local id, value = ids[i], values[i]
   local repeated = seen[id]
   seen[id] = true
-  if retrying and not repeated and landed[id .. ' ' .. push_time(ARGV[i + 1])]
+  if retrying and not repeated and landed[id .. ' ' .. push_time(value)]
       and redis.call('HEXISTS', records, id) == 0 then
     status[#status + 1] = '2'
-  elseif redis.call('HSETNX', records, id, ARGV[i + 1]) == 1 then
+  elseif redis.call('HSETNX', records, id, value) == 1 then
     fresh[#fresh + 1] = id
     status[#status + 1] = '1'
-    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'pushed', 'id', id, 'd', push_time(ARGV[i + 1])) end
-  elseif not repeated and redis.call('HGET', records, id) == ARGV[i + 1] then
+    batch_time = batch_time or push_time(value)
+  elseif not repeated and redis.call('HGET', records, id) == value then
     status[#status + 1] = '2'
   else
     status[#status + 1] = '0'
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id) end
   end
+end
+-- One 'pushed' event for the whole batch, its ids joined by newlines (the store's readers list one event per
+-- id): an entry per record cost Redis more than storing and queueing the record itself.
+if maxlen > 0 and #fresh > 0 then
+  redis.call('XADD', events, '*', 'k', 'pushed', 'id', table.concat(fresh, '\n'), 'd', batch_time)
 end
 -- unpack() is limited by Lua's C stack, so push in chunks.
 for i = 1, #fresh, 1000 do

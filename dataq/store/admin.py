@@ -240,30 +240,36 @@ class AdminOps(StoreBase):
         )
 
     @staticmethod
-    def _event(entry_id: str, fields: dict[str, str]) -> Event:
-        return Event(
-            event_id=entry_id,
-            time=int(entry_id.split("-", 1)[0]) / 1000,
-            kind=fields.get("k", ""),
-            record_id=fields.get("id", ""),
-            detail=fields.get("d", ""),
-        )
+    def _events(entry_id: str, fields: dict[str, str]) -> list[Event]:
+        """The events of one stream entry: one per id (a push writes one entry for its whole batch, ids joined by
+        newlines), all with the entry's id and time."""
+        when = int(entry_id.split("-", 1)[0]) / 1000
+        kind, detail = fields.get("k", ""), fields.get("d", "")
+        return [Event(event_id=entry_id, time=when, kind=kind, record_id=record_id, detail=detail)
+                for record_id in fields.get("id", "").split("\n")]
 
     @translated
     async def events(self, count: int = 20) -> list[Event]:
         """The last ``count`` events, oldest first."""
+        if count <= 0:
+            return []
         entries = await self.r.xrevrange(self.keys.events, count=count)
-        return [self._event(entry_id, fields) for entry_id, fields in reversed(entries)]
+        found = [event for entry_id, fields in reversed(entries) for event in self._events(entry_id, fields)]
+        return found[-count:]
 
     @translated
     async def events_after(self, last_id: str, block: float | None = None, count: int = 1000) -> list[Event]:
-        """Events after the stream id ``last_id`` (``$`` for only new ones), waiting up to ``block`` seconds."""
+        """Events after the stream id ``last_id`` (``$`` for only new ones), waiting up to ``block`` seconds.
+
+        Reads up to ``count`` stream entries; one entry may hold many events (a push's whole batch), all with the
+        entry's id, so the last event's id is the place to go on from."""
         reply = await self.r.xread(
             {self.keys.events: last_id},
             count=count,
             block=None if block is None else int(block * 1000),
         )
-        return [self._event(entry_id, fields) for _, entries in reply for entry_id, fields in entries]
+        return [event for _, entries in reply for entry_id, fields in entries
+                for event in self._events(entry_id, fields)]
 
     @translated
     async def trim_events(self, max_age: float, now: float | None = None) -> int:
@@ -314,6 +320,6 @@ class AdminOps(StoreBase):
         length = int(info["length"])
         return EventStreamInfo(
             length=length,
-            first=self._event(first[0], first[1]) if first else None,
+            first=self._events(first[0], first[1])[0] if first else None,
             trimmed=None if added is None else int(added) > length,
         )

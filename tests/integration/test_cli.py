@@ -84,7 +84,7 @@ def test_summary_reports_counts_flags_live_workers_and_rates(cli: Cli, redis_url
 def test_summary_says_when_the_trimmed_event_stream_covers_less_than_the_minute(cli: Cli, redis_url: str) -> None:
     async def push_with_short_stream(store: QueueStore) -> None:
         short = QueueStore(store.client, QUEUE, events_max_len=10)
-        for records in (seed_records[i : i + 500] for i in range(0, 1500, 500)):
+        for records in (seed_records[i : i + 5] for i in range(0, 1500, 5)):  # a stream entry per batch
             await short.push_batch(records, source="test")
 
     seed_records = make_records(1500)
@@ -108,7 +108,9 @@ def test_event_stream_info_tells_whether_trimming_dropped_events(redis_url: str)
     assert on_store(redis_url, lambda s: s.event_stream_info()).length == 0
 
     async def push(store: QueueStore, max_len: int, records: int) -> None:
-        await QueueStore(store.client, QUEUE, events_max_len=max_len).push_batch(make_records(records), source="t")
+        events_capped = QueueStore(store.client, QUEUE, events_max_len=max_len)
+        for record in make_records(records):  # one at a time: the cap counts stream entries, one per batch
+            await events_capped.push_batch([record], source="t")
 
     on_store(redis_url, lambda s: push(s, 1000, 5))
     kept = on_store(redis_url, lambda s: s.event_stream_info())

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from dataq.errors import RangeError, StoreUnavailable
+from dataq.errors import InvalidRecord, RangeError, StoreUnavailable
 from dataq.record import Record
 from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore
 from tests.helpers import make_records
@@ -53,6 +53,27 @@ async def test_push_ignores_an_id_already_tracked_anywhere(store: QueueStore) ->
     assert result.pushed == [False, False, False, True, False]
     assert (await store.summary()).tracked == 4
     assert (await store.counters())["duplicate"] == 4
+
+
+async def test_an_empty_push_stores_nothing_and_reports_the_queue_length(store: QueueStore) -> None:
+    await store.push_batch(make_records(2), source="t")
+    result = await store.push_batch([], source="t")
+    assert (result.pushed, result.active_length) == ([], 2)
+
+
+async def test_a_path_with_a_newline_is_refused_before_anything_is_stored(store: QueueStore) -> None:
+    good, bad = make_records(2)
+    bad = Record(path="/data/two\nlines.fits", checksum=bad.checksum, size=1)
+    with pytest.raises(InvalidRecord, match="newline"):
+        await store.push_batch([good, bad], source="t")
+    assert (await store.summary()).tracked == 0
+
+
+async def test_a_source_with_a_newline_or_nul_is_stored_cleaned(store: QueueStore) -> None:
+    (record,) = make_records(1)
+    await store.push_batch([record], source="feeder\nname\0x")
+    (listed,) = await store.list_records(QueueList.ACTIVE)
+    assert listed.source == "feeder?name?x"
 
 
 # --- claim --------------------------------------------------------------------------------------------------
@@ -377,23 +398,36 @@ async def test_list_pages_and_streams_in_queue_order(store: QueueStore, ten: lis
 
 
 async def test_events_record_what_happened_in_order(store: QueueStore) -> None:
-    a, b = make_records(2)
+    a, b, c = make_records(3)
     await store.push_batch([a, a, b], source="t")
+    await store.push_batch([c], source="t")
     events = await store.events(10)
+    # A batch's duplicates, then one event per record it pushed (stored as one entry for the whole batch).
     assert [(e.kind, e.record_id) for e in events] == [
-        ("pushed", a.checksum),
         ("duplicate", a.checksum),
+        ("pushed", a.checksum),
         ("pushed", b.checksum),
+        ("pushed", c.checksum),
     ]
+    assert events[1].event_id == events[2].event_id != events[3].event_id
+    assert [e.record_id for e in await store.events(2)] == [b.checksum, c.checksum]
     later = await store.events_after(events[0].event_id)
-    assert [e.kind for e in later] == ["duplicate", "pushed"]
+    assert [(e.kind, e.record_id) for e in later] == [("pushed", a.checksum), ("pushed", b.checksum),
+                                                      ("pushed", c.checksum)]
+    assert [e.record_id for e in await store.events_after(later[-1].event_id)] == []
+    # The pushed events carry the push time (µs): a retried push finds its own lost attempt by it.
+    assert {e.detail for e in events if e.kind == "pushed"} == {str(round(r.pushed_at * 1_000_000))
+                                                                 for r in await store.list_records(QueueList.ACTIVE)}
 
 
 async def test_event_stream_is_trimmed_by_length_and_age(redis_url: str) -> None:
     store = QueueStore.from_url(redis_url, "small", events_max_len=100)
     try:
-        await store.push_batch(make_records(1000), source="t")
-        assert len(await store.events(10_000)) < 400  # approximate trimming keeps whole stream nodes
+        # The cap counts stream entries: a batch of 1,000 is one, so push one record at a time.
+        for record in make_records(1000):
+            await store.push_batch([record], source="t")
+        assert 100 <= (await store.event_stream_info()).length < 400  # approximate trimming keeps whole nodes
+        assert len(await store.events(10_000)) < 400
         await store.trim_events(max_age=-10)  # everything is older than "10 s in the future"
         assert len(await store.events(10_000)) < 200
     finally:
@@ -500,15 +534,16 @@ async def test_a_retried_push_whose_first_try_landed_still_counts_as_pushed(stor
 
 
 async def test_a_retry_never_queues_again_what_its_lost_attempt_stored_and_a_worker_finished(store: QueueStore) -> None:
-    record, other = make_records(2)
-    await store.push_records([(record, "10.0.0.1:5")], now=1000.5)  # its reply is "lost"
+    record, second, waiting, other = make_records(4)
+    lost = [(r, "10.0.0.1:5") for r in (record, second, waiting)]
+    await store.push_records(lost, now=1000.5)  # its reply is "lost"; its batch is one event entry
     await register(store)
-    await store.claim(WORKER, 1)
-    assert await store.ack(WORKER, [(record.checksum, "")]) == [True]  # done before the retry comes
-    again = await store.push_records([(record, "10.0.0.1:5"), (other, "10.0.0.1:5")], now=1000.5, retry=True)
-    assert again.pushed == [True, True]
-    assert await active_ids(store) == [other.checksum]
+    await store.claim(WORKER, 2)
+    assert await store.ack(WORKER, [(record.checksum, ""), (second.checksum, "")]) == [True, True]  # done already
+    again = await store.push_records([*lost, (other, "10.0.0.1:5")], now=1000.5, retry=True)
+    assert again.pushed == [True, True, True, True]
+    assert await active_ids(store) == [other.checksum, waiting.checksum]
     # The same data sent anew (another push, another time) is new work, as in the 2014 design.
     later = await store.push_records([(record, "10.0.0.1:5")], now=2000.0, retry=True)
     assert later.pushed == [True]
-    assert await active_ids(store) == [record.checksum, other.checksum]
+    assert await active_ids(store) == [record.checksum, other.checksum, waiting.checksum]
