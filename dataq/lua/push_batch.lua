@@ -35,27 +35,44 @@ for value in string.gmatch(ARGV[6], '[^\n]+') do values[#values + 1] = value end
 if #ids ~= #values then
   return redis.error_reply('ERR push_batch: ' .. #ids .. ' ids but ' .. #values .. ' stored values')
 end
+-- What is stored under each id already, read in one HMGET per chunk and written in one HSET per chunk: a call
+-- per record (HSETNX) cost Redis more than the records' own bytes.
+local stored = {}
+for first = 1, #ids, 1000 do
+  local got = redis.call('HMGET', records, unpack(ids, first, math.min(first + 999, #ids)))
+  for j = 1, #got do stored[first + j - 1] = got[j] end
+end
 local status = {}
 local fresh = {}
+local fields = {}
 local seen = {}
 local batch_time
 for i = 1, #ids do
   local id, value = ids[i], values[i]
-  local repeated = seen[id]
-  seen[id] = true
-  if retrying and not repeated and landed[id .. ' ' .. push_time(value)]
-      and redis.call('HEXISTS', records, id) == 0 then
-    status[#status + 1] = '2'
-  elseif redis.call('HSETNX', records, id, value) == 1 then
-    fresh[#fresh + 1] = id
-    status[#status + 1] = '1'
-    batch_time = batch_time or push_time(value)
-  elseif not repeated and redis.call('HGET', records, id) == value then
-    status[#status + 1] = '2'
+  if seen[id] then
+    -- The same id twice in one batch: the second is a duplicate of the first, whatever the first was.
+    status[i] = '0'
+    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id) end
+  elseif not stored[i] then
+    if retrying and landed[id .. ' ' .. push_time(value)] then
+      status[i] = '2'
+    else
+      fresh[#fresh + 1] = id
+      fields[#fields + 1] = id
+      fields[#fields + 1] = value
+      status[i] = '1'
+      batch_time = batch_time or push_time(value)
+    end
+  elseif stored[i] == value then
+    status[i] = '2'
   else
-    status[#status + 1] = '0'
+    status[i] = '0'
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id) end
   end
+  seen[id] = true
+end
+for first = 1, #fields, 1000 do
+  redis.call('HSET', records, unpack(fields, first, math.min(first + 999, #fields)))
 end
 -- One 'pushed' event for the whole batch, its ids joined by newlines (the store's readers list one event per
 -- id): an entry per record cost Redis more than storing and queueing the record itself.
