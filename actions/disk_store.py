@@ -37,7 +37,8 @@ from dataq.logs import get_logger
 from dataq.record import Record
 
 from .base import Action
-from .files import DEFAULT_ALGORITHM, check_algorithm, check_layout, record_values, render, store
+from .files import DEFAULT_ALGORITHM, check_algorithm, store
+from .layout import check_layout, record_values, render
 
 DEFAULT_LAYOUT = "{date}/{checksum2}/{checksum}"
 """One directory per day, then 256 fan-out directories by checksum prefix so none grows too large."""

@@ -1,4 +1,5 @@
-"""File helpers the storage and transfer actions share: checksums, path templates, and a verified atomic copy.
+"""File helpers the storage and transfer actions share: checksums and a verified atomic copy (path templates are
+in :mod:`.layout`).
 
 Everything that reads or writes file data runs in a worker thread (``asyncio.to_thread``) so a large file never
 stalls the pop daemon's event loop; a cancelled caller (an action timeout, shutdown) sets an abort flag that the
@@ -19,15 +20,15 @@ import hashlib
 import os
 import secrets
 import stat
-import string
 import threading
-import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from dataq.errors import ActionError
 from dataq.record import Record
+
+from .layout import UnsafePath, safe_parts
 
 DEFAULT_ALGORITHM = "md5"
 """The queue's default checksum pattern is lower-case hex md5, as the 2014 feeders send it."""
@@ -39,19 +40,12 @@ TEMP_TOKEN_BYTES = 4
 """Random bytes in a temporary name, so two attempts at one target never share a file."""
 TEMP_NAME_KEEP = 100
 """Characters of the final name kept in a temporary name (a name may be 255 bytes; NAME_MAX must hold)."""
-LAYOUT_FIELDS: frozenset[str] = frozenset({"checksum", "checksum2", "date", "name", "size"})
-"""Placeholders of a storage layout: the record's checksum, its first two characters, the UTC date it was pushed
-(``YYYYMMDD``, today if unknown), the source file's base name and its size."""
 # Hard links make publishing no-clobber; these errors mean the filesystem has none, so rename is used instead.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
 # What opening a directory component with O_NOFOLLOW reports for a symlink or a non-directory.
 _NOT_A_PLAIN_DIR = frozenset({errno.ELOOP, errno.ENOTDIR})
 
 T = TypeVar("T")
-
-
-class UnsafePath(ActionError):
-    """A target path would leave its root: ``..``, an absolute part, or a symlink on the way."""
 
 
 class SourceMismatch(ActionError):
@@ -142,79 +136,6 @@ def _check_read(record: Record, digest: str, read: int) -> None:
         raise SourceMismatch(f"source file {record.path} changed while read: {read} bytes, record says {record.size}")
     if not matches(digest, record):
         raise SourceMismatch(f"source file {record.path} has checksum {digest}; its record says {record.checksum}")
-
-
-# --- path templates -----------------------------------------------------------------------------------------
-
-
-def check_template(template: str, fields: Collection[str], *, absolute: bool = False) -> str:
-    """``template`` if it only uses plain ``{field}`` placeholders of ``fields`` (ValueError otherwise).
-
-    No conversions, format specs, attribute or index access: a template can only paste record values, never
-    reach into objects. Whether a rendered path stays inside its root is checked on every render.
-    """
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"template {template!r} is malformed: {exc}") from exc
-    for _, field, spec, conversion in parsed:
-        if field is None:
-            continue
-        if field not in fields:
-            raise ValueError(f"template {template!r} uses {{{field}}}; the placeholders are: "
-                             f"{', '.join('{' + name + '}' for name in sorted(fields))}")
-        if spec or conversion:
-            raise ValueError(f"template {template!r}: placeholder {{{field}}} takes no format spec or conversion")
-    if template.startswith("/") != absolute:
-        raise ValueError(f"template {template!r} must {'' if absolute else 'not '}start with '/'")
-    return template
-
-
-_SAMPLE_VALUES = {"checksum": "0" * 32, "checksum2": "00", "date": "19700101", "name": "file", "size": "0",
-                  "relpath": "file"}
-
-
-def check_layout(template: str, fields: Collection[str] = LAYOUT_FIELDS, *, absolute: bool = False) -> str:
-    """:func:`check_template`, then refuse a template that leaves its root whatever the record (``../{name}``)."""
-    check_template(template, fields, absolute=absolute)
-    try:
-        render(template, _SAMPLE_VALUES, absolute=absolute)
-    except UnsafePath as exc:
-        raise ValueError(f"template {template!r}: {exc}") from exc
-    return template
-
-
-def record_values(record: Record, now: float | None = None) -> dict[str, str]:
-    """The values of :data:`LAYOUT_FIELDS` for ``record``."""
-    when = record.pushed_at if record.pushed_at is not None else (time.time() if now is None else now)
-    return {
-        "checksum": record.checksum,
-        "checksum2": record.checksum[:2],
-        "date": time.strftime("%Y%m%d", time.gmtime(when)),
-        "name": os.path.basename(record.path),
-        "size": str(record.size),
-    }
-
-
-def safe_parts(relative: str) -> tuple[str, ...]:
-    """The components of a relative path that stays beneath its root; UnsafePath otherwise."""
-    parts = tuple(relative.split("/"))
-    for part in parts:
-        if part in ("", ".", "..") or "\0" in part:
-            raise UnsafePath(f"path {relative!r} would leave its root (empty, '.' or '..' component)")
-    return parts
-
-
-def render(template: str, values: Mapping[str, str], *, absolute: bool = False) -> str:
-    """``template`` with ``values`` pasted in, checked to stay beneath its root (UnsafePath otherwise)."""
-    path = template.format_map(values)
-    if absolute:
-        if not path.startswith("/"):
-            raise UnsafePath(f"path {path!r} is not absolute")
-        safe_parts(path[1:])
-    else:
-        safe_parts(path)
-    return path
 
 
 # --- verified atomic store ----------------------------------------------------------------------------------

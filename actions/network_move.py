@@ -65,16 +65,13 @@ from dataq.record import Record
 from .base import Action
 from .files import (
     DEFAULT_ALGORITHM,
-    LAYOUT_FIELDS,
     SourceMismatch,
     check_algorithm,
-    check_layout,
     check_source_sync,
     in_thread,
-    record_values,
     remove_source_sync,
-    render,
 )
+from .layout import LAYOUT_FIELDS, check_layout, record_values, render
 
 DEFAULT_LAYOUT = "{name}"
 DEFAULT_IO_TIMEOUT = 60.0

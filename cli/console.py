@@ -54,7 +54,8 @@ attempted. A range move is atomic: it moves all its records or none. FIRST and L
 (checksums); a range is inclusive, as the records stand in the list (--list prints them in that
 order). --load pushes the file's lines in file order (the first line runs first); a malformed line
 stops it, and the records before it stay loaded (Redis acknowledged them). --dump writes its file
-whole or not at all. --limit and --offset page --list only.
+whole or not at all, oldest record first (for the active list: the next to run first), so a --load
+of it queues the records in the order they had. --limit and --offset page --list only.
 
 \b
 Exit status:

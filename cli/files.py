@@ -153,7 +153,8 @@ async def load(
 
 
 async def dump(store: QueueStore, which: QueueList | None, path: str, *, length: int, progress: bool) -> int:
-    """Write the list's records (``which`` None: every tracked record) to ``path`` as record lines.
+    """Write the list's records (``which`` None: every tracked record) to ``path`` as record lines, oldest first:
+    for the active list that is run order, so ``--load`` of the file (first line first) queues them as they were.
 
     The file appears complete or not at all: it is written beside its final name and renamed into place.
     """
@@ -169,7 +170,7 @@ async def dump(store: QueueStore, which: QueueList | None, path: str, *, length:
         os.umask(umask)
         os.fchmod(fd, DUMP_FILE_MODE & ~umask)
         with open(fd, "w", encoding="utf-8") as file, progress_bar(progress, length, "Dumping") as bar:  # noqa: ASYNC230
-            async for record in store.iter_records(which):
+            async for record in store.iter_records(which, oldest_first=True):
                 file.write(format_line(record) + "\n")
                 count += 1
                 bar.update(1)

@@ -6,8 +6,9 @@ Key names come from :mod:`dataq.keys`; redis-py errors leave as dataq errors (:m
 from __future__ import annotations
 
 from dataq.store.admin import AdminOps
+from dataq.store.base import NOTICE_WORK
 from dataq.store.connection import connect
-from dataq.store.lifecycle import NOTICE_WORK, LifecycleOps
+from dataq.store.lifecycle import LifecycleOps
 from dataq.store.types import (
     Claim,
     ClaimStatus,

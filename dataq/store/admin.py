@@ -76,7 +76,9 @@ class AdminOps(StoreBase):
     @translated
     async def activate(self, first: str, last: str) -> int:
         """Move inactive records first..last back to the active list with fresh error counts."""
-        return await self._move_range("activate", QueueList.INACTIVE, first, last)
+        moved = await self._move_range("activate", QueueList.INACTIVE, first, last)
+        await self._announce_work()
+        return moved
 
     @translated
     async def delete(self, which: QueueList, first: str, last: str) -> int:
@@ -106,6 +108,8 @@ class AdminOps(StoreBase):
             )
             total += moved
             if moved < ACTIVATE_ALL_CHUNK:
+                if total:
+                    await self._announce_work()
                 return total
 
     @translated
@@ -173,8 +177,11 @@ class AdminOps(StoreBase):
         ids: list[str] = await self.r.lrange(self._list_key(which), offset, end)
         return await self._records_for(ids)
 
-    async def iter_records(self, which: QueueList | None, chunk: int = LIST_CHUNK) -> AsyncIterator[Record]:
-        """Stream a list in order (or, with ``which`` None, every tracked record in hash order).
+    async def iter_records(
+        self, which: QueueList | None, chunk: int = LIST_CHUNK, *, oldest_first: bool = False
+    ) -> AsyncIterator[Record]:
+        """Stream a list in order, left (newest) to right, or right to left with ``oldest_first`` (the active
+        list's run order); with ``which`` None, every tracked record in hash order.
 
         Reads ``chunk`` records per round trip, so memory stays bounded whatever the queue's length. A list
         that changes while it is streamed may yield a record twice or skip one that moved.
@@ -190,7 +197,11 @@ class AdminOps(StoreBase):
                         return
             offset = 0
             while True:
-                ids: list[str] = await self.r.lrange(self._list_key(which), offset, offset + chunk - 1)
+                if oldest_first:
+                    ids: list[str] = await self.r.lrange(self._list_key(which), -offset - chunk, -offset - 1)
+                    ids.reverse()
+                else:
+                    ids = await self.r.lrange(self._list_key(which), offset, offset + chunk - 1)
                 for record in await self._records_for(ids):
                     yield record
                 if len(ids) < chunk:

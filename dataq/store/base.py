@@ -10,6 +10,9 @@ from redis.commands.core import AsyncScript
 from dataq.keys import QueueKeys
 from dataq.store.connection import load_scripts
 
+NOTICE_WORK = "work"
+"""Published when records become runnable, so idle pop daemons claim at once instead of polling."""
+
 DEFAULT_EVENTS_MAX_LEN = 100_000
 """Events kept per queue when the settings say nothing (trimming is approximate, so a little more)."""
 
@@ -35,6 +38,10 @@ class StoreBase:
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._scripts[name](keys=keys, args=args)
+
+    async def _announce_work(self) -> None:
+        """Tell idle pop daemons that records became runnable (a hint: they also poll)."""
+        await self.r.publish(self.keys.work, NOTICE_WORK)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -15,7 +15,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from dataq.record import Record, decode_stored, encode_stored
-from dataq.store.base import StoreBase
+from dataq.store.base import NOTICE_WORK, StoreBase
 from dataq.store.connection import translate, translated
 from dataq.store.types import (
     Claim,
@@ -26,9 +26,6 @@ from dataq.store.types import (
     Reclaimed,
     Worker,
 )
-
-NOTICE_WORK = "work"
-"""Published when records become runnable, so idle pop daemons claim at once instead of polling."""
 
 PROMOTE_BATCH = 1000
 RETRY_CLOCK_SKEW = 60.0
@@ -155,7 +152,7 @@ class LifecycleOps(StoreBase):
         k = self.keys
         moved = int(await self._script("promote", [k.delayed, k.active], [_now_ms(now), PROMOTE_BATCH]))
         if moved:
-            await self.r.publish(k.work, NOTICE_WORK)
+            await self._announce_work()
         return moved
 
     async def _reclaim(self, worker: str, mode: str, max_crashes: int) -> Reclaimed | None:
@@ -178,7 +175,7 @@ class LifecycleOps(StoreBase):
         if returned < 0:
             return None
         if returned:
-            await self.r.publish(k.work, NOTICE_WORK)
+            await self._announce_work()
         return Reclaimed(int(returned), int(deactivated))
 
     @translated

@@ -374,7 +374,7 @@ def test_all_switches_in_one_call_run_in_the_fixed_order_whatever_their_order(
     # L r1 P r3 r2 (deactivate r0); r4 L r1 P r3 r2 (activate); r4 L r1 P r2 (delete r3); r0 r4 L r1 P r2 (redo).
     expected = [r[0], r[4], loaded, r[1], pushed, r[2]]
     assert [x["checksum"] for x in switch["list"]["records"]] == [x.checksum for x in expected]
-    assert dump.read_text().splitlines() == [format_line(x) for x in expected]
+    assert dump.read_text().splitlines() == [format_line(x) for x in reversed(expected)]  # next to run first
     assert switch["events"]["events"][0]["kind"] == "activated"
     assert switch["health"]["healthy"] is True
     summary = switch["summary"]

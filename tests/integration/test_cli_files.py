@@ -35,11 +35,11 @@ def write_lines(path: Path, records: list[Record]) -> Path:
 # --- --dump --------------------------------------------------------------------------------------------------
 
 
-def test_dump_writes_the_active_list_as_record_lines_in_list_order(cli: Cli, redis_url: str, tmp_path: Path) -> None:
+def test_dump_writes_the_active_list_next_to_run_first(cli: Cli, redis_url: str, tmp_path: Path) -> None:
     records = seed(redis_url, 5)
     target = tmp_path / "queue.txt"
     assert ok(cli("--dump", str(target))).stdout == f"Dumped 5 records of the active list to {target}\n"
-    assert target.read_text().splitlines() == [format_line(r) for r in records[::-1]]
+    assert target.read_text().splitlines() == [format_line(r) for r in records]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -47,7 +47,7 @@ def test_dump_writes_the_list_target_inactive_or_every_record(cli: Cli, redis_ur
     records = seed(redis_url, 5)
     on_store(redis_url, lambda s: s.deactivate(records[2].checksum, records[1].checksum))
     ok(cli("--list", "inactive", "--dump", str(tmp_path / "inactive.txt")))
-    assert (tmp_path / "inactive.txt").read_text().splitlines() == [format_line(records[2]), format_line(records[1])]
+    assert (tmp_path / "inactive.txt").read_text().splitlines() == [format_line(records[1]), format_line(records[2])]
     doc = by_switch(ok(cli("-l", "records", "--dump", str(tmp_path / "all.txt"), "--json")).stdout)["dump"]
     assert doc == {"switch": "dump", "queue": QUEUE, "file": str(tmp_path / "all.txt"), "list": "records", "records": 5}
     assert sorted((tmp_path / "all.txt").read_text().splitlines()) == sorted(format_line(r) for r in records)
@@ -67,7 +67,7 @@ def test_dump_then_clear_then_load_restores_every_record(cli: Cli, redis_url: st
     ok(cli("--dump", str(target)))
     ok(cli("--clear"))
     assert ok(cli("--load", str(target))).stdout == "Loaded 2500 records (0 duplicates ignored)\n"
-    assert sorted(ids(redis_url, QueueList.ACTIVE)) == sorted(r.checksum for r in records)
+    assert ids(redis_url, QueueList.ACTIVE) == [r.checksum for r in reversed(records)]  # the same run order
     (stored,) = on_store(redis_url, lambda s: s.list_records(QueueList.ACTIVE, 0, 1))
     assert stored.source == "load:backup.txt"
 

@@ -22,10 +22,10 @@ from dataq.actions.files import (
     CopyMismatch,
     SourceMismatch,
     StorageConflict,
-    UnsafePath,
     store,
     store_sync,
 )
+from dataq.actions.layout import UnsafePath
 from dataq.actions.registry import load_actions
 
 from dataq.errors import ActionError, ConfigError

@@ -474,6 +474,28 @@ async def test_a_push_that_queues_records_tells_idle_workers_and_one_of_duplicat
     assert flags_only == ["flag:read:off"]  # what push daemons listen to: not every batch they write
 
 
+async def test_activating_records_tells_idle_workers(store: QueueStore) -> None:
+    received: list[str] = []
+
+    async def listen() -> None:
+        async for notice in store.notices(work=True):
+            received.append(notice)
+            if notice.startswith("flag:"):
+                return
+
+    a, b, c = make_records(3)
+    await store.push_batch([a, b, c], source="t")
+    await store.deactivate(c.checksum, a.checksum)  # as they stand in the list: newest on the left
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.1)
+    await store.activate(a.checksum, a.checksum)
+    await store.activate_all()
+    await store.activate_all()  # nothing left to activate: no notice
+    await store.set_flag(Flag.READ, False)
+    await asyncio.wait_for(listener, 2)
+    assert received == ["work", "work", "flag:read:off"]
+
+
 async def test_a_lease_has_one_holder_at_a_time(store: QueueStore) -> None:
     assert await store.acquire_lease("catalog", "me", ttl=5)
     assert not await store.acquire_lease("catalog", "you", ttl=5)
