@@ -141,6 +141,10 @@ class PopWorker:
         """Something may be claimable now: try at once instead of at the next poll."""
         self._wake.set()
 
+    def claiming(self) -> bool:
+        """Not told to stop claiming yet (a call, not an attribute: it changes while the claim loop awaits)."""
+        return not self._stopping
+
     def stop_claiming(self) -> None:
         self._stopping = True
         self._wake.set()
@@ -148,7 +152,7 @@ class PopWorker:
     async def claim_loop(self) -> None:
         """Claim and start records until :meth:`stop_claiming`; waits (never spins) when there is nothing to do."""
         backoff = Backoff()
-        while not self._stopping:
+        while self.claiming():
             self._wake.clear()
             free = self.free_slots()
             if free <= 0:
@@ -158,6 +162,8 @@ class PopWorker:
                 # Gather a few more free slots first: a claim of one or two records costs Redis and this daemon
                 # nearly as much as a claim of dozens.
                 await asyncio.sleep(GATHER_DELAY)
+                if not self.claiming():  # stopped meanwhile
+                    break
                 free = self.free_slots()
             try:
                 if self._claim_lost:
