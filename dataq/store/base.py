@@ -14,7 +14,8 @@ NOTICE_WORK = "work"
 """Published when records become runnable, so idle pop daemons claim at once instead of polling."""
 
 DEFAULT_EVENTS_MAX_LEN = 100_000
-"""Events kept per queue when the settings say nothing (trimming is approximate, so a little more)."""
+"""Event stream entries kept per queue when the settings say nothing (trimming is approximate, so a little
+more); a push batch is one entry."""
 
 
 class StoreBase:
