@@ -215,6 +215,12 @@ async def test_smtp_down_then_up_delivers_after_a_retry_and_never_blocks_the_cal
             durations.append(time.perf_counter() - started)
             await asyncio.sleep(0.02)  # spread over several failed attempts
         assert notifier.sent == 0 and notifier.pending == 20
+        # Start the server once an attempt with all 20 has failed: an attempt still carrying fewer (the 20th
+        # arrived while it was under way) could otherwise reach it first, and rightly send only those.
+        deadline = time.monotonic() + 10
+        while not any(entry["event"] == "cannot send mail; will retry" and entry["notices"] == 20 for entry in logs):
+            assert time.monotonic() < deadline, "no attempt with all 20 notices failed"
+            await asyncio.sleep(0.01)
         sink = SmtpSink(port).start()
         try:
             [mail] = await sink.wait_for(1)
