@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,19 +188,32 @@ def format_list_line(record: Record) -> str:
     return f"{record.checksum} : path={record.path}, size={record.size}"
 
 
-def encode_stored(record: Record, pushed_at: float, source: str) -> str:
-    """The value Redis keeps for a record (the checksum is the hash field, not part of the value).
+def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list[str]:
+    """The values Redis keeps for records pushed at one time, each with its source (the checksum is the hash
+    field, not part of the value).
 
     The push time is kept to the microsecond: together with the source it makes the value of one write unique,
-    which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``).
+    which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``). It and each
+    source are formatted once per batch, not per record. A path or id that would break the framing is refused.
     """
-    if _STORED_SEPARATOR in record.path or "\n" in record.path:
-        # Parsing never lets such a path through; a record built in code might, and would corrupt the framing.
-        raise InvalidRecord(f"path {record.path!r} contains a NUL or a newline")
-    if _STORED_SEPARATOR in source or "\n" in source:
-        # NUL separates the fields; a newline would break the claim reply's framing (see ``claim.lua``).
-        source = source.replace(_STORED_SEPARATOR, "?").replace("\n", "?")
-    return _STORED_SEPARATOR.join((record.path, str(record.size), str(round(pushed_at * 1_000_000)), source))
+    stamp = str(round(pushed_at * 1_000_000))
+    tails: dict[str, str] = {}
+    values = []
+    for record, source in items:
+        tail = tails.get(source)
+        if tail is None:
+            # NUL separates the fields; a newline would break the claim reply's framing (see ``claim.lua``).
+            clean = source.replace(_STORED_SEPARATOR, "?").replace("\n", "?")
+            tail = tails[source] = f"{_STORED_SEPARATOR}{stamp}{_STORED_SEPARATOR}{clean}"
+        path, checksum = record.path, record.checksum
+        # Parsing never lets such a path or id through; a record built in code might, and would break the framing
+        # (fields joined by NUL, records by newlines).
+        if _STORED_SEPARATOR in path or "\n" in path:
+            raise InvalidRecord(f"path {path!r} contains a NUL or a newline")
+        if not checksum or "\n" in checksum:
+            raise InvalidRecord(f"checksum {checksum!r} is empty or contains a newline")
+        values.append(f"{path}{_STORED_SEPARATOR}{record.size}{tail}")
+    return values
 
 
 def decode_stored(checksum: str, value: str) -> Record:

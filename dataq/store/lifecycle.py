@@ -59,8 +59,8 @@ class LifecycleOps(StoreBase):
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
         k = self.keys
-        ids = "\n".join(record.checksum for record, _ in items)
-        values = "\n".join(encode_stored(record, pushed_at, source) for record, source in items)
+        ids = "\n".join([record.checksum for record, _ in items])
+        values = "\n".join(encode_stored(items, pushed_at))
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values]
         reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters], args)
         status, length = reply

@@ -55,6 +55,23 @@ async def test_push_ignores_an_id_already_tracked_anywhere(store: QueueStore) ->
     assert (await store.counters())["duplicate"] == 4
 
 
+async def test_a_batch_larger_than_a_script_chunk_stores_each_new_record_once_in_push_order(
+    store: QueueStore,
+) -> None:
+    records = make_records(2500)
+    early = records[1800:1810]
+    await store.push_batch(early, source="early")
+    result = await store.push_batch([*records, records[2400]], source="late")
+    assert result.pushed == [not 1800 <= index < 1810 for index in range(2500)] + [False]
+    listed = await store.list_records(QueueList.ACTIVE, limit=3000)
+    late = [record for record in records if record not in early]
+    assert [r.checksum for r in listed] == [r.checksum for r in reversed(late)] + [
+        r.checksum for r in reversed(early)
+    ]
+    assert {r.source for r in listed[:2490]} == {"late"} and {r.source for r in listed[2490:]} == {"early"}
+    assert (await store.counters())["duplicate"] == 11
+
+
 async def test_an_empty_push_stores_nothing_and_reports_the_queue_length(store: QueueStore) -> None:
     await store.push_batch(make_records(2), source="t")
     result = await store.push_batch([], source="t")
@@ -66,6 +83,16 @@ async def test_a_path_with_a_newline_is_refused_before_anything_is_stored(store:
     bad = Record(path="/data/two\nlines.fits", checksum=bad.checksum, size=1)
     with pytest.raises(InvalidRecord, match="newline"):
         await store.push_batch([good, bad], source="t")
+    assert (await store.summary()).tracked == 0
+
+
+@pytest.mark.parametrize("checksum", ["", "f45cc4c6\n47913bc6"], ids=["empty", "newline"])
+async def test_an_empty_id_or_one_with_a_newline_is_refused_before_anything_is_stored(
+    store: QueueStore, checksum: str
+) -> None:
+    (good,) = make_records(1)
+    with pytest.raises(InvalidRecord, match="checksum"):
+        await store.push_batch([good, Record(path="/data/x.fits", checksum=checksum, size=1)], source="t")
     assert (await store.summary()).tracked == 0
 
 
