@@ -87,7 +87,9 @@ end
 -- One 'pushed' event for the whole batch, its ids joined by newlines (the store's readers list one event per
 -- id): an entry per record cost Redis more than storing and queueing the record itself.
 if maxlen > 0 and fresh_count > 0 then
-  redis.call('XADD', events, '*', 'k', 'pushed', 'id', table.concat(fresh, '\n'), 'd', batch_time)
+  -- When every record is new, the joined ids are the argument as it came (joining them again costs a copy).
+  local joined = fresh_count == count and ARGV[5] or table.concat(fresh, '\n')
+  redis.call('XADD', events, '*', 'k', 'pushed', 'id', joined, 'd', batch_time)
 end
 -- unpack() is limited by Lua's C stack, so push in chunks.
 for i = 1, fresh_count, 1000 do
