@@ -135,6 +135,8 @@ url = {json.dumps(url)}
 [log]
 dir = {json.dumps(str(work / "log"))}
 level = "warning"
+[metrics]
+enabled = false
 [pop]
 concurrency = {args.concurrency}
 [queues.{QUEUE}]

@@ -61,7 +61,7 @@ def write_config(directory: Path, url: str) -> Path:
     path = directory / "bench.toml"
     path.write_text(
         f'data_dir = "{directory}"\n[redis]\nurl = "{url}"\n[log]\ndir = "{directory / "log"}"\nlevel = "warning"\n'
-        f'format = "json"\n[queues.{QUEUE}]\nactions = ["noop"]\n',
+        f'format = "json"\n[metrics]\nenabled = false\n[queues.{QUEUE}]\nactions = ["noop"]\n',
         encoding="utf-8",
     )
     return path

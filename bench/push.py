@@ -65,7 +65,8 @@ def push_daemon(workdir: Path, redis_url: str) -> Iterator[tuple[int, int]]:
     config = workdir / "dataq.toml"
     config.write_text(
         f'data_dir = "{workdir}"\n[redis]\nurl = "{redis_url}"\n[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
-        f'format = "json"\n[push]\nport = {port}\n[queues.{QUEUE}]\nmax_queue_size = 10000000\n'
+        f'format = "json"\n[metrics]\nenabled = false\n[push]\nport = {port}\n'
+        f'[queues.{QUEUE}]\nmax_queue_size = 10000000\n'
     )
     with open(workdir / "push.stderr", "wb") as stderr:
         process = subprocess.Popen([*dataq_command(), "push", "--config", str(config)], stdout=subprocess.DEVNULL,
