@@ -1,11 +1,11 @@
 """``archive_ingest``: register data files (FITS or not) in the archive, in micro-batches run as Spark jobs.
 
-The pop daemon calls :meth:`ArchiveIngestAction.run` once per record, many at once; a :class:`MicroBatcher`
-gathers those calls into a batch (cut at ``batch_size`` records or ``batch_age`` seconds after its first) and the
-batch becomes one Spark job (:mod:`dataq.actions.spark_job`): executors verify each file's size and checksum,
-copy it into the content-addressed store ``<archive_root>/ab/cd/abcd...`` and read its FITS header; the driver
-appends one catalog row per new checksum (:mod:`dataq.actions.catalog`). Every ``run`` still gets its own
-outcome: one bad file fails its record, not its batch.
+The pop daemon calls :meth:`ArchiveIngestAction.run` once per record, many at once; a micro-batcher
+(:mod:`dataq.actions.batcher`) gathers those calls into a batch (cut at ``batch_size`` records or ``batch_age``
+seconds after its first) and the batch becomes one Spark job (:mod:`dataq.actions.spark_job`): executors verify
+each file's size and checksum, copy it into the content-addressed store ``<archive_root>/ab/cd/abcd...`` and read
+its FITS header; the driver appends one catalog row per new checksum (:mod:`dataq.actions.catalog`). Every ``run``
+still gets its own outcome: one bad file fails its record, not its batch.
 
 Batches fill only if the pop daemon runs enough records at once: set ``[pop] concurrency`` (or ``dataq pop -c``)
 to at least ``batch_size``, better twice it so one batch is copied while the previous one is appended. Below
@@ -32,11 +32,12 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING
 
 from dataq.actions.base import Action
+from dataq.actions.batcher import MicroBatcher
 
 from dataq.errors import ActionError, ConfigError, StoreUnavailable
 from dataq.logs import get_logger
@@ -46,7 +47,8 @@ from dataq.settings import QueueSettings, Settings
 from dataq.store import QueueStore
 
 if TYPE_CHECKING:
-    from dataq.actions.spark_job import IngestJob, Metadata, Result, SessionSpec
+    from dataq.actions.spark_job import IngestJob, Metadata, Result
+    from dataq.actions.spark_session import SessionSpec
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_APP_NAME = "dataq-archive-ingest"
@@ -74,8 +76,6 @@ INSTALL_HINT = "pip install 'dataq[spark]'"
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 log = get_logger()
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ class ArchiveIngestOptions:
         return {key.strip(): value.strip() for key, _, value in (entry.partition("=") for entry in self.conf)}
 
     def session_spec(self) -> SessionSpec:
-        from dataq.actions.spark_job import session_spec
+        from dataq.actions.spark_session import session_spec
 
         return session_spec(self.master, self.app_name, self.spark_conf, self.driver_host)
 
@@ -199,71 +199,6 @@ def brief(exc: BaseException) -> str:
     return first if len(first) <= ERROR_MAX_CHARS else first[: ERROR_MAX_CHARS - 3] + "..."
 
 
-# --- batching ------------------------------------------------------------------------------------------------------
-
-
-class MicroBatcher(Generic[T, R]):
-    """Gathers concurrent :meth:`submit` calls into batches for ``handle``, each caller awaiting its own result.
-
-    A batch is cut when it holds ``size`` items or ``age`` seconds after its first item, whichever comes first;
-    at most ``in_flight`` batches are handled at once. ``handle`` returns one result per item, in order; if it
-    raises, every caller of that batch gets the exception. A caller cancelled before its batch is handled
-    leaves the batch.
-    """
-
-    def __init__(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]], *, size: int, age: float,
-                 in_flight: int = MAX_BATCHES_IN_FLIGHT) -> None:
-        self._handle, self.size, self.age = handle, size, age
-        self._pending: list[tuple[T, asyncio.Future[R]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._slots = asyncio.Semaphore(in_flight)
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def submit(self, item: T) -> R:
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, future))
-        if len(self._pending) >= self.size:
-            self.flush()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.age, self.flush)
-        return await future  # cancelling the caller cancels the future: its batch skips it
-
-    def flush(self) -> None:
-        """Cut the pending batch now."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.create_task(self._run(batch), name="archive-batch")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def drain(self) -> None:
-        """Cut the pending batch and wait until every batch is handled."""
-        self.flush()
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
-
-    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
-        async with self._slots:
-            live = [(item, future) for item, future in batch if not future.done()]
-            if not live:
-                return
-            try:
-                results = await self._handle([item for item, _ in live])
-                if len(results) != len(live):
-                    raise RuntimeError(f"batch handler returned {len(results)} results for {len(live)} items")
-            except Exception as exc:
-                for _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
-                return
-            for (_, future), result in zip(live, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
-
-
 # --- the action ----------------------------------------------------------------------------------------------------
 
 
@@ -276,7 +211,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
     def __init__(self, options: ArchiveIngestOptions, *, queue: QueueSettings, settings: Settings) -> None:
         super().__init__(options, queue=queue, settings=settings)
         self._batcher: MicroBatcher[Record, str | None] = MicroBatcher(
-            self._ingest, size=options.batch_size, age=options.batch_age)
+            self._ingest, size=options.batch_size, age=options.batch_age, in_flight=MAX_BATCHES_IN_FLIGHT)
         self._job: IngestJob | None = None
         self._job_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
@@ -308,7 +243,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
             log.warning("archive batches still running at shutdown; stopping Spark under them (their records "
                         "were not acknowledged and will run again)", seconds=CLOSE_DRAIN_TIMEOUT)
         if self._job is not None:
-            from dataq.actions.spark_job import SESSIONS
+            from dataq.actions.spark_session import SESSIONS
 
             self._job = None
             await asyncio.to_thread(SESSIONS.release)  # stopping the session fails the Spark calls still running
@@ -319,7 +254,8 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
     async def _ingest_job(self) -> IngestJob:
         async with self._job_lock:
             if self._job is None:
-                from dataq.actions.spark_job import SESSIONS, IngestJob
+                from dataq.actions.spark_job import IngestJob
+                from dataq.actions.spark_session import SESSIONS
 
                 try:
                     spark = await asyncio.to_thread(SESSIONS.acquire, self.options.session_spec())

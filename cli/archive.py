@@ -107,7 +107,7 @@ def _query(config_path: str | None, queue_name: str | None, catalog_dir: str | N
 def catalog_session(options: ArchiveIngestOptions) -> Iterator[Any]:
     """The process's shared SparkSession for these options; ConfigError when Spark cannot run here."""
     from dataq.actions.archive_ingest import brief, check_requirements
-    from dataq.actions.spark_job import SESSIONS
+    from dataq.actions.spark_session import SESSIONS
 
     check_requirements()
     try:

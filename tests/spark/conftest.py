@@ -95,7 +95,7 @@ def java() -> None:
 def spark(java: None) -> Iterator[Any]:
     """The module's SparkSession, held in the pool the actions use, so their start and close reuse it."""
     from dataq.actions.archive_ingest import ArchiveIngestOptions
-    from dataq.actions.spark_job import SESSIONS
+    from dataq.actions.spark_session import SESSIONS
 
     spec = ArchiveIngestOptions(archive_root="/", master=TEST_MASTER, conf=TEST_CONF).session_spec()
     session = SESSIONS.acquire(spec)

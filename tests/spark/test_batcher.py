@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from dataq.actions.archive_ingest import MicroBatcher
+from dataq.actions.batcher import MicroBatcher
 
 pytestmark = pytest.mark.spark  # part of the archive_ingest suite; needs neither Spark nor Java
 
