@@ -31,11 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from dataq.errors import EmbeddedRedisError
+from dataq.store.connection import server_pid
 
 REDIS_SERVER = "redis-server"
 INSTALL_HINT = "install it with `apt-get install redis-server` (Debian/Ubuntu) or set [redis] url to an existing server"
@@ -310,7 +307,7 @@ def find_running(data_dir: str | Path) -> str | None:
     url, pid = info.get("url"), info.get("pid", "")
     if url is None or not pid.isdigit():
         return None
-    return url if _server_pid(url) == int(pid) else None
+    return url if server_pid(url, PROBE_TIMEOUT) == int(pid) else None
 
 
 def free_port() -> int:
@@ -333,7 +330,7 @@ def _await_ready(process: subprocess.Popen[bytes], url: str, deadline: float) ->
         if time.monotonic() >= deadline:
             return False
         # Compare pids: another server may answer on a port this one failed to bind.
-        if _server_pid(url) == process.pid:
+        if server_pid(url, PROBE_TIMEOUT) == process.pid:
             return True
         time.sleep(PROBE_INTERVAL)
     return False
@@ -342,23 +339,6 @@ def _await_ready(process: subprocess.Popen[bytes], url: str, deadline: float) ->
 def _kill(process: subprocess.Popen[bytes]) -> None:
     process.kill()
     process.wait()
-
-
-def _server_pid(url: str) -> int | None:
-    """The process id of the server answering PING at ``url``, or None if none answers (or it is loading)."""
-    client = redis.Redis.from_url(
-        url, socket_timeout=PROBE_TIMEOUT, socket_connect_timeout=PROBE_TIMEOUT, retry=Retry(NoBackoff(), 0)
-    )
-    try:
-        if not client.ping():
-            return None
-        info = client.info("server")
-    except redis.RedisError:
-        return None
-    finally:
-        client.close()
-    pid = info.get("process_id")
-    return pid if isinstance(pid, int) else None
 
 
 def _parse_lock_info(text: str) -> dict[str, str]:

@@ -15,11 +15,13 @@ from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
+import redis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.retry import Retry as SyncRetry
 
 from dataq.errors import RangeError, StoreError, StoreUnavailable
 
@@ -77,6 +79,27 @@ def connect(
         return aioredis.Redis.from_url(url, **options)
     except ValueError as exc:
         raise StoreError(f"Redis URL {url!r} is invalid: {exc}") from exc
+
+
+def server_pid(url: str, timeout: float) -> int | None:
+    """The process id of the server answering PING at ``url``, or None if none answers (or it is loading).
+
+    Blocking: the embedded server's supervisor asks it while it waits for its own child to come up, and compares
+    pids because another server may answer on a port the child failed to bind.
+    """
+    client = redis.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=SyncRetry(NoBackoff(), 0)
+    )
+    try:
+        if not client.ping():
+            return None
+        info = client.info("server")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    pid = info.get("process_id")
+    return pid if isinstance(pid, int) else None
 
 
 def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
