@@ -30,12 +30,14 @@ if retrying then
   end
 end
 -- Split with plain finds: a pattern match per character (gmatch) cost more than the split strings themselves.
--- Counters, not #t: the length of a growing table is a binary search each time.
+-- Counters, not #t: the length of a growing table is a binary search each time. No id or stored value is empty,
+-- so an empty piece means a malformed argument: nil, and the call is refused before anything is written.
 local function split(packed)
   local parts, n, start, find, sub = {}, 0, 1, string.find, string.sub
   if packed == '' then return parts, 0 end
   while true do
     local stop = find(packed, '\n', start, true)
+    if stop == start or start > #packed then return nil end
     n = n + 1
     if not stop then
       parts[n] = sub(packed, start)
@@ -47,6 +49,9 @@ local function split(packed)
 end
 local ids, count = split(ARGV[5])
 local values, value_count = split(ARGV[6])
+if not ids or not values then
+  return redis.error_reply('ERR push_batch: an empty id or stored value (a doubled or trailing newline)')
+end
 if count ~= value_count then
   return redis.error_reply('ERR push_batch: ' .. count .. ' ids but ' .. value_count .. ' stored values')
 end

@@ -96,6 +96,24 @@ async def test_an_empty_id_or_one_with_a_newline_is_refused_before_anything_is_s
     assert (await store.summary()).tracked == 0
 
 
+@pytest.mark.parametrize(
+    ("ids", "values"),
+    [("a\n", "v\n"), ("a\n\nb", "v\nw\nx"), ("a\nb", "v\n"), ("a", "")],
+    ids=["trailing-newline", "doubled-newline", "empty-last-value", "no-value"],
+)
+async def test_the_push_script_refuses_an_empty_id_or_value_before_writing_anything(
+    store: QueueStore, ids: str, values: str
+) -> None:
+    # The store never sends such arguments (encode_stored refuses what would make them); the script must not
+    # store an empty id whoever calls it.
+    k = store.keys
+    keys = [k.records, k.active, k.events, k.counters]
+    with pytest.raises(Exception, match=r"empty id or stored value|1 ids but 0 stored values"):
+        await store._script("push_batch", keys, [100, 0, k.work, "w", ids, values])
+    assert (await store.summary()).tracked == 0
+    assert await store.counters() == {}
+
+
 async def test_a_source_with_a_newline_or_nul_is_stored_cleaned(store: QueueStore) -> None:
     (record,) = make_records(1)
     await store.push_batch([record], source="feeder\nname\0x")
