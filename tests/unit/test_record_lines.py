@@ -1,0 +1,70 @@
+"""The text-form record line: the one-match path for common lines agrees with the field-by-field parser."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataq.errors import InvalidRecord
+from dataq.record import MAX_PATH_LENGTH, MAX_SIZE, Record, RecordRules, _parse_line_fully, parse_line
+
+printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
+odd = st.sampled_from(["\t", "\x00", "\x7f", "\x1f", "é", "\u00a0", "\u2003", "\r", "{"])
+field_chars = st.one_of(printable, printable, printable, odd)
+paths = st.one_of(
+    st.text(field_chars, max_size=40).map(lambda tail: "/" + tail),
+    st.text(field_chars, max_size=40),
+    st.just("/" + "p" * (MAX_PATH_LENGTH - 1)),
+    st.just("/" + "p" * MAX_PATH_LENGTH),
+)
+checksums = st.one_of(
+    st.text(st.sampled_from("0123456789abcdef"), min_size=32, max_size=32),
+    st.text(st.sampled_from("0123456789abcdefABCDEF"), min_size=30, max_size=34),
+    st.text(field_chars, max_size=36),
+)
+sizes = st.one_of(
+    st.integers(0, 10**6).map(str),
+    st.sampled_from([str(MAX_SIZE), str(MAX_SIZE + 1), "0" * 19 + "1", "9" * 19, "9" * 20, "007", "-1", "", "1e3"]),
+    st.text(field_chars, max_size=4),
+)
+separators = st.sampled_from([" ", " ", " ", "  ", "\t", " \t"])
+endings = st.sampled_from(["", "\n", "\r\n", " \n", "\r", "\n\n", "\t"])
+
+
+def outcome(parse: object, line: str | bytes, rules: RecordRules) -> Record | str:
+    try:
+        return parse(line, rules)  # type: ignore[operator, no-any-return]
+    except InvalidRecord as exc:
+        return f"InvalidRecord: {exc}"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(paths, checksums, sizes, separators, separators, endings, st.booleans(),
+       st.sampled_from([RecordRules(), RecordRules(r"[0-9A-Fa-f]{30,34}"), RecordRules(r".+")]))
+def test_every_line_parses_the_same_with_or_without_the_common_line_match(
+    path: str, checksum: str, size: str, first: str, second: str, ending: str, as_bytes: bool, rules: RecordRules
+) -> None:
+    text = f"{path}{first}{checksum}{second}{size}{ending}"
+    line: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    assert outcome(parse_line, line, rules) == outcome(_parse_line_fully, line, rules)
+
+
+@pytest.mark.parametrize("line", [
+    b"/noao-tuc-z1/mtn/20140708/ct15m/smarts/c15e_140708_232715_ori.hdr f45cc4c647913bc6e22df280c733758e 9922\n",
+    "/data/a.fits f45cc4c647913bc6e22df280c733758e 0\r\n",
+])
+def test_a_seed_line_parses_to_its_fields(line: str | bytes) -> None:
+    record = parse_line(line)
+    assert record.checksum == "f45cc4c647913bc6e22df280c733758e"
+    assert record.path.startswith("/") and record.size in (9922, 0)
+
+
+def test_a_size_past_the_largest_file_size_is_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidRecord, match="larger than"):
+        parse_line(f"/data/a f45cc4c647913bc6e22df280c733758e {MAX_SIZE + 1}\n".encode())
+
+
+def test_an_id_outside_the_configured_pattern_is_refused_with_the_pattern() -> None:
+    with pytest.raises(InvalidRecord, match="does not match the pattern"):
+        parse_line(b"/data/a F45CC4C647913BC6E22DF280C733758E 5\n")
