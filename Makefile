@@ -4,22 +4,24 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= test,spark
-APT_PACKAGES := redis-server rsync openssl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+JAVA_PACKAGE := default-jre-headless
 
 .PHONY: system-deps install install-test run test lint typecheck bench clean
 
-# redis-server (the embedded default and every test's Redis), rsync (network_move) and openssl (test
-# certificates) come from Debian's packages. Installed only when missing; policy-rc.d keeps apt from starting
-# a system-wide redis-server that nobody asked for.
+# redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
+# and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
+# packages, each installed only when missing. policy-rc.d keeps apt from starting a system-wide redis-server that
+# nobody asked for.
 system-deps:
 	@missing=""; \
 	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian's packages:$$missing"; \
 		ours=""; if [ ! -e /usr/sbin/policy-rc.d ]; then ours=1; \
 			printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && $(SUDO) chmod +x /usr/sbin/policy-rc.d; fi; \
-		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 		status=$$?; [ -z "$$ours" ] || $(SUDO) rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 
@@ -36,6 +38,7 @@ install-test: system-deps $(BIN)/python
 run: install
 	$(BIN)/dataq run $(if $(CONFIG),--config $(CONFIG))
 
+# -rs (pytest.ini) names every skip; with CI set, tests/conftest.py fails the run on one.
 test: install-test
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Action, NoOptions
+from .base import Action, ActionContext, NoOptions
 from .registry import ENTRY_POINT_GROUP, load_actions
 
-__all__ = ["ENTRY_POINT_GROUP", "Action", "NoOptions", "load_actions"]
+__all__ = ["ENTRY_POINT_GROUP", "Action", "ActionContext", "NoOptions", "load_actions"]

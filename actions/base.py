@@ -5,6 +5,10 @@ An action is a class with a ``name``, a frozen dataclass of typed ``Options`` (r
 returns when the record is done and raises :class:`~dataq.errors.ActionError` saying what failed otherwise; any
 other exception counts as a failure too (and is logged with its traceback, as it is probably a bug).
 
+An action gets its options and an :class:`ActionContext`: the queue's settings, how many records its pop daemon
+runs at once, and the daemon's store (for leases: one writer at a time for work outside Redis). It has no other
+way to Redis, and no settings of other sections.
+
 Options fields may be ``str``, ``int``, ``float``, ``bool``, ``tuple[...]`` of those, or ``X | None``; a field
 without a default is a required key. An options field named ``timeout`` (seconds, None = the queue's
 ``action_timeout``) lets one action have its own timeout. An action that can be configured inline in the
@@ -16,13 +20,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from dataq.config import QueueSettings
 from dataq.record import Record
-from dataq.settings import QueueSettings, Settings
+from dataq.store import QueueStore
 
 
 @dataclass(frozen=True, slots=True)
 class NoOptions:
     """The options of an action that has none: any key in its table is an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionContext:
+    """What an action may know of the daemon that runs it."""
+
+    queue: QueueSettings
+    concurrency: int
+    """Records the pop daemon runs at once (an action that batches records sizes its batches by it)."""
+    store: QueueStore
+    """The pop daemon's store of the queue: for :meth:`~dataq.store.QueueStore.lease`."""
 
 
 OptionsT = TypeVar("OptionsT")
@@ -38,10 +54,13 @@ class Action(Generic[OptionsT]):
     inline_option: ClassVar[str | None] = None
     """The option that ``name:argument`` in the ``actions`` list sets (None: no inline argument)."""
 
-    def __init__(self, options: OptionsT, *, queue: QueueSettings, settings: Settings) -> None:
+    def __init__(self, options: OptionsT, context: ActionContext) -> None:
         self.options = options
-        self.queue = queue
-        self.settings = settings
+        self.context = context
+
+    @property
+    def queue(self) -> QueueSettings:
+        return self.context.queue
 
     @property
     def timeout(self) -> float:

@@ -32,12 +32,13 @@ import asyncio
 import os
 from dataclasses import dataclass
 
+from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
 from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
 
 from .base import Action
-from .files import DEFAULT_ALGORITHM, check_algorithm, store
+from .files import store
 from .layout import check_layout, record_values, render
 
 DEFAULT_LAYOUT = "{date}/{checksum2}/{checksum}"

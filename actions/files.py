@@ -25,15 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from dataq.checksum import CHUNK_BYTES, DEFAULT_ALGORITHM, Aborted, hash_fd, hash_file
 from dataq.errors import ActionError
 from dataq.record import Record
 
 from .layout import UnsafePath, safe_parts
 
-DEFAULT_ALGORITHM = "md5"
-"""The queue's default checksum pattern is lower-case hex md5, as the 2014 feeders send it."""
-CHUNK_BYTES = 1 << 20
-"""Read size: large enough that hashing dominates system calls, small enough to check the abort flag often."""
 TEMP_SUFFIX = ".dataq-tmp"
 """Marks an unfinished copy; the leading dot hides it from ordinary listings."""
 TEMP_TOKEN_BYTES = 4
@@ -60,41 +57,7 @@ class StorageConflict(ActionError):
     """The target name already holds different data; it is left alone for an operator to look at."""
 
 
-class Aborted(ActionError):
-    """The caller stopped waiting (timeout, shutdown); the thread stopped and cleaned up."""
-
-
 # --- checksums ----------------------------------------------------------------------------------------------
-
-
-def check_algorithm(algorithm: str) -> str:
-    """``algorithm`` if hashlib knows it (ValueError otherwise, which the options loader reports)."""
-    if algorithm not in hashlib.algorithms_available:
-        known = ", ".join(sorted(hashlib.algorithms_guaranteed))
-        raise ValueError(f"unknown checksum algorithm {algorithm!r}; use one of {known}")
-    return algorithm
-
-
-def _hash_fd(fd: int, algorithm: str, abort: threading.Event | None) -> tuple[str, int]:
-    digest = hashlib.new(algorithm)
-    total = 0
-    os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, CHUNK_BYTES):
-        if abort is not None and abort.is_set():
-            raise Aborted("checksum aborted")
-        digest.update(chunk)
-        total += len(chunk)
-    return digest.hexdigest(), total
-
-
-def checksum_file_sync(path: str, algorithm: str = DEFAULT_ALGORITHM, abort: threading.Event | None = None
-                       ) -> tuple[str, int]:
-    """(hex digest, bytes read) of the file at ``path``, read in chunks."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return _hash_fd(fd, algorithm, abort)
-    finally:
-        os.close(fd)
 
 
 async def in_thread(func: Callable[[threading.Event], T]) -> T:
@@ -109,7 +72,7 @@ async def in_thread(func: Callable[[threading.Event], T]) -> T:
 
 async def checksum_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> tuple[str, int]:
     """(hex digest, size) of the file at ``path``, computed off the event loop."""
-    return await in_thread(lambda abort: checksum_file_sync(path, algorithm, abort))
+    return await in_thread(lambda abort: hash_file(path, algorithm, abort))
 
 
 def matches(digest: str, record: Record) -> bool:
@@ -123,7 +86,7 @@ def check_source_sync(record: Record, algorithm: str, abort: threading.Event | N
         size = os.stat(record.path).st_size
         if size != record.size:
             raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
-        digest, read = checksum_file_sync(record.path, algorithm, abort)
+        digest, read = hash_file(record.path, algorithm, abort)
     except FileNotFoundError as exc:
         raise SourceMismatch(f"source file {record.path} does not exist") from exc
     except OSError as exc:
@@ -194,7 +157,7 @@ def _existing(dir_fd: int, name: str, shown: str, record: Record, algorithm: str
             raise StorageConflict(f"{shown} exists and is not a regular file")
         if info.st_size != record.size:
             raise StorageConflict(f"{shown} exists with {info.st_size} bytes; record {record.id} has {record.size}")
-        digest, _ = _hash_fd(fd, algorithm, abort)
+        digest, _ = hash_fd(fd, algorithm, abort)
     finally:
         os.close(fd)
     if not matches(digest, record):
@@ -237,7 +200,7 @@ def _verify_copy(dir_fd: int, temp: str, shown: str, record: Record, algorithm: 
                  abort: threading.Event | None) -> None:
     fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
-        digest, size = _hash_fd(fd, algorithm, abort)
+        digest, size = hash_fd(fd, algorithm, abort)
     finally:
         os.close(fd)
     if size != record.size or not matches(digest, record):

@@ -56,21 +56,16 @@ import signal
 import tempfile
 from dataclasses import dataclass
 
+from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
+from dataq.config import MAX_PORT
 from dataq.errors import ActionError, ActionTimeout, DataqError
-from dataq.feeder import Feeder
+from dataq.feed.client import Feeder
 from dataq.logs import get_logger
 from dataq.protocol import ReplyKind
 from dataq.record import Record
 
 from .base import Action
-from .files import (
-    DEFAULT_ALGORITHM,
-    SourceMismatch,
-    check_algorithm,
-    check_source_sync,
-    in_thread,
-    remove_source_sync,
-)
+from .files import SourceMismatch, check_source_sync, in_thread, remove_source_sync
 from .layout import LAYOUT_FIELDS, check_layout, record_values, render
 
 DEFAULT_LAYOUT = "{name}"
@@ -119,7 +114,7 @@ def destination_kind(destination: str) -> str:
 def parse_site(site: str) -> tuple[str, int]:
     """(host, port) of a ``host:port`` next site (``[v6-address]:port`` too); ValueError if malformed."""
     match = _SITE.fullmatch(site)
-    if match is None or not 0 < int(match["port"]) < 65536:
+    if match is None or not 0 < int(match["port"]) <= MAX_PORT:
         raise ValueError(f"next site {site!r} is not host:port")
     return match["host"].strip("[]"), int(match["port"])
 

@@ -2,8 +2,8 @@
 
 An entry of a queue's ``actions`` list is one of:
 
-* ``name``: a built-in action (:data:`BUILTIN`) or one a site installs under the entry-point group
-  ``dataq.actions`` (``[options.entry_points] dataq.actions = disk_store = site.actions:DiskStore``);
+* ``name``: one of dataq's own actions (:data:`BUILTIN`) or one a site installs under the entry-point group
+  ``dataq.actions`` (``[options.entry_points] dataq.actions = tape = site.actions:TapeStore``);
 * ``name:argument``: the same, with an inline argument for the option the action names in ``inline_option``
   (``sleep:0.5``);
 * ``module:Class`` (optionally ``module:Class:argument``): an Action subclass imported by path, for a site's
@@ -22,18 +22,24 @@ from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from dataq.config import QueueSettings, load_options
 from dataq.errors import ConfigError
-from dataq.settings import QueueSettings, Settings
-from dataq.settings_base import load_options
 
-from .base import Action
-from .testing import EchoAction, FailAction, NoopAction, SleepAction
+from .base import Action, ActionContext
 
 ENTRY_POINT_GROUP = "dataq.actions"
-BUILTIN: Mapping[str, type[Action[Any]]] = {
-    cls.name: cls for cls in (EchoAction, NoopAction, FailAction, SleepAction)
+BUILTIN: Mapping[str, str] = {
+    "echo": "dataq.actions.testing:EchoAction",
+    "noop": "dataq.actions.testing:NoopAction",
+    "fail": "dataq.actions.testing:FailAction",
+    "sleep": "dataq.actions.testing:SleepAction",
+    "mark": "dataq.actions.testing:MarkAction",
+    "disk_store": "dataq.actions.disk_store:DiskStoreAction",
+    "network_move": "dataq.actions.network_move:NetworkMoveAction",
+    "archive_ingest": "dataq.actions.archive.ingest:ArchiveIngestAction",
 }
-"""Actions that need no entry point (a fresh checkout run without installing still finds them)."""
+"""dataq's own actions, by import path: a module is imported only when a queue names its action (so a pop daemon
+without the spark extra runs every other action). The entry-point group is for a site's actions."""
 
 _INLINE_TYPES: Mapping[Any, type] = {int: int, float: float, str: str}
 
@@ -50,22 +56,35 @@ class ActionSpec:
     argument: str | None
 
 
-def load_actions(queue: QueueSettings, settings: Settings) -> list[Action[Any]]:
-    """Build the queue's actions, in order, with their options checked; raises ConfigError naming the key."""
+def load_actions(context: ActionContext, source: str | None = None) -> list[Action[Any]]:
+    """Build the actions of ``context.queue``, in order, with their options checked; raises ConfigError naming
+    ``source`` (the settings file) and the key."""
+    queue = context.queue
     prefix = f"queues.{queue.name}"
-    specs = [resolve(entry, prefix, settings.source) for entry in queue.actions]
+    specs = [resolve(entry, prefix, source) for entry in queue.actions]
     used = {spec.options_key for spec in specs}
     for key in queue.action_options:
         if key not in used:
-            raise _error(settings.source, f"{prefix}.{key}: options for {key!r}, which names no action here")
-    actions: list[Action[Any]] = []
-    for spec in specs:
-        table = dict(queue.action_options.get(spec.options_key, {}))
-        if spec.argument is not None:
-            table.update(_inline(spec, table, prefix, settings.source))
-        options = load_options(spec.cls.Options, table, f"{prefix}.{spec.options_key}", settings.source)
-        actions.append(spec.cls(options, queue=queue, settings=settings))
-    return actions
+            raise _error(source, f"{prefix}.{key}: options for {key!r}, which names no action here")
+    return [spec.cls(_options(spec, queue, prefix, source), context) for spec in specs]
+
+
+def _options(spec: ActionSpec, queue: QueueSettings, prefix: str, source: str | None) -> Any:
+    table = dict(queue.action_options.get(spec.options_key, {}))
+    if spec.argument is not None:
+        table.update(_inline(spec, table, prefix, source))
+    return load_options(spec.cls.Options, table, f"{prefix}.{spec.options_key}", source)
+
+
+def options_of(queue: QueueSettings, cls: type[Action[Any]], source: str | None = None) -> Any:
+    """The checked options of the queue's entry that names action ``cls`` (None if no entry does), without
+    building the action: ``dataq archive`` reads the catalog's place from them."""
+    prefix = f"queues.{queue.name}"
+    for entry in queue.actions:
+        spec = resolve(entry, prefix, source)
+        if spec.cls is cls:
+            return _options(spec, queue, prefix, source)
+    return None
 
 
 def resolve(entry: str, prefix: str = "queues", source: str | None = None) -> ActionSpec:
@@ -83,7 +102,11 @@ def resolve(entry: str, prefix: str = "queues", source: str | None = None) -> Ac
 
 
 def _by_name(name: str, prefix: str, source: str | None) -> type[Action[Any]] | None:
-    builtin = BUILTIN.get(name)
+    path = BUILTIN.get(name)
+    builtin = None
+    if path is not None:
+        module_name, _, class_name = path.partition(":")
+        builtin = _import(module_name, class_name, name, prefix, source)
     # Only the entry point asked for is loaded: a broken plugin must not stop queues that do not use it.
     points = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not points:

@@ -1,9 +1,17 @@
-"""Actions for trying dataq out and for tests: ``echo``, ``noop``, ``fail`` and ``sleep:<seconds>``."""
+"""Actions for trying dataq out and for tests: ``echo``, ``noop``, ``fail``, ``sleep:<seconds>`` and ``mark``.
+
+``mark`` leaves a file per run in a directory, so an operator (or a chaos run) can count how often each record
+ran, across processes, restarts and crashes: :func:`marks` reads them back in the order the runs started.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 
 from dataq.errors import ActionError
 from dataq.logs import get_logger
@@ -73,3 +81,45 @@ class SleepAction(Action[SleepOptions]):
 
     async def run(self, record: Record) -> None:
         await asyncio.sleep(self.options.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkOptions:
+    dir: str
+    """Absolute path of an existing directory; a file ``<monotonic ns>-<pid>-<record id>`` appears there per run."""
+    seconds: float = 0.0
+    """How long each run then takes."""
+
+    def __post_init__(self) -> None:
+        if not os.path.isabs(self.dir):
+            raise ValueError(f"dir must be an absolute path, got {self.dir!r}")
+        if not 0 <= self.seconds < float("inf"):
+            raise ValueError(f"seconds must be a finite number >= 0, got {self.seconds}")
+
+
+class MarkAction(Action[MarkOptions]):
+    """Leave a file per run (see the module docstring), then sleep ``seconds``."""
+
+    name = "mark"
+    Options = MarkOptions
+
+    async def start(self) -> None:
+        if not await asyncio.to_thread(os.path.isdir, self.options.dir):
+            raise ActionError(f"mark: {self.options.dir} is not a directory")
+
+    async def run(self, record: Record) -> None:
+        # In the event loop's thread: creating an empty file is quicker than a trip to a worker thread.
+        leave_mark(self.options.dir, record)
+        if self.options.seconds:
+            await asyncio.sleep(self.options.seconds)
+
+
+def leave_mark(directory: str, record: Record) -> None:
+    """The file of one run of ``record``; the id is quoted, as a checksum pattern may allow a ``/`` in it."""
+    Path(directory, f"{time.monotonic_ns():020d}-{os.getpid()}-{urllib.parse.quote(record.id, safe='')}").touch()
+
+
+def marks(directory: str | os.PathLike[str]) -> list[str]:
+    """The record ids of the runs marked in ``directory``, in the order the runs started (every process on one
+    host shares the monotonic clock)."""
+    return [urllib.parse.unquote(name.split("-", 2)[2]) for name in sorted(os.listdir(directory))]

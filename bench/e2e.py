@@ -41,9 +41,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dataq.feeder import Feeder
+from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.feed.client import Feeder
 from dataq.protocol import Reply, ReplyKind
-from dataq.redis_server import EmbeddedRedis, free_port
 from dataq.store import QueueStore
 
 QUEUE = "e2e"

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataq.actions import load_actions
-
+from dataq.actions import ActionContext, load_actions
+from dataq.config import load_settings
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.logs import configure_logging
 from dataq.record import Record
-from dataq.redis_server import EmbeddedRedis
-from dataq.settings import load_settings
+from dataq.store import QueueStore
 
 KB, MB = 1000, 1000 * 1000
 FULL_CASES = (("10,000 x 10 KB", 10_000, 10 * KB), ("20 x 100 MB", 20, 100 * MB))
@@ -159,7 +159,8 @@ async def bench(args: argparse.Namespace, work: Path) -> list[Timing]:
     redis.start()
     try:
         settings = load_settings(write_settings(work, redis.url, args), environ={"HOME": str(work)})
-        (action,) = load_actions(settings.queue(QUEUE), settings)
+        store = QueueStore.open(settings, redis.url, QUEUE)
+        (action,) = load_actions(ActionContext(settings.queue(QUEUE), args.concurrency, store), settings.source)
         await action.start()
         try:
             warm = make_files(work / "src" / "warmup", WARMUP_FILES, 100)
@@ -177,6 +178,7 @@ async def bench(args: argparse.Namespace, work: Path) -> list[Timing]:
                 shutil.rmtree(work / "src" / f"case{index}")  # keep the peak disk use to one case
         finally:
             await action.close()
+            await store.close()
     finally:
         redis.stop()
     return timings

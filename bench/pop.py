@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.record import Record
-from dataq.redis_server import EmbeddedRedis
 from dataq.store import Flag, QueueStore
 
 QUEUE = "bench"

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataq.feeder import Feeder
-from dataq.redis_server import EmbeddedRedis, free_port
+from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.feed.client import Feeder
 from dataq.store import QueueStore
 
 QUEUE = "transfer"

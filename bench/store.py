@@ -25,8 +25,8 @@ import statistics
 import tempfile
 import time
 
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.record import Record
-from dataq.redis_server import EmbeddedRedis
 from dataq.store import QueueList, QueueStore
 from dataq.store.base import DEFAULT_EVENTS_MAX_LEN
 

@@ -16,13 +16,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
 
+from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
+from dataq.config import Settings
 from dataq.errors import ConfigError, DataqError
-from dataq.settings import Settings
 
 if TYPE_CHECKING:
-    from dataq.actions.archive_ingest import ArchiveIngestOptions
+    from dataq.actions.archive.ingest import ArchiveIngestOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 CLI_MASTER = "local[*]"
@@ -60,7 +60,7 @@ def ls(config_path: str | None, queue_name: str | None, catalog_dir: str | None,
        date: dt.datetime | None, obs_date: dt.datetime | None, instrument: str | None, checksum: str | None,
        fits_errors: bool, limit: int) -> None:
     """List catalog rows, newest ingest first."""
-    from dataq.actions import catalog
+    from dataq.actions.archive import catalog
 
     rows = _query(config_path, queue_name, catalog_dir, master, lambda spark, path: catalog.list_rows(
         spark, path, date=date.date() if date else None, obs_date=obs_date.date().isoformat() if obs_date else None,
@@ -74,7 +74,7 @@ def ls(config_path: str | None, queue_name: str | None, catalog_dir: str | None,
 def stats(config_path: str | None, queue_name: str | None, catalog_dir: str | None, master: str, as_json: bool,
           by_instrument: bool) -> None:
     """Files, bytes and FITS files per ingest day."""
-    from dataq.actions import catalog
+    from dataq.actions.archive import catalog
 
     rows = _query(config_path, queue_name, catalog_dir, master,
                   lambda spark, path: catalog.stats(spark, path, by_instrument=by_instrument))
@@ -85,7 +85,7 @@ def stats(config_path: str | None, queue_name: str | None, catalog_dir: str | No
 
 def _query(config_path: str | None, queue_name: str | None, catalog_dir: str | None, master: str,
            query: Callable[[Any, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    from dataq.actions.archive_ingest import ArchiveIngestOptions
+    from dataq.actions.archive.ingest import ArchiveIngestOptions
 
     try:
         if catalog_dir is not None:
@@ -106,8 +106,8 @@ def _query(config_path: str | None, queue_name: str | None, catalog_dir: str | N
 @contextlib.contextmanager
 def catalog_session(options: ArchiveIngestOptions) -> Iterator[Any]:
     """The process's shared SparkSession for these options; ConfigError when Spark cannot run here."""
-    from dataq.actions.archive_ingest import brief, check_requirements
-    from dataq.actions.spark_session import SESSIONS
+    from dataq.actions.archive.ingest import brief, check_requirements
+    from dataq.actions.archive.session import SESSIONS
 
     check_requirements()
     try:
@@ -122,13 +122,13 @@ def catalog_session(options: ArchiveIngestOptions) -> Iterator[Any]:
 
 def find_options(settings: Settings, queue: str | None) -> ArchiveIngestOptions:
     """The ``archive_ingest`` options of a queue (the first configured when None); ConfigError if it has none."""
-    from dataq.actions import load_actions
-    from dataq.actions.archive_ingest import ArchiveIngestAction
+    from dataq.actions.archive.ingest import ArchiveIngestAction
+    from dataq.actions.registry import options_of
 
     queue_settings = settings.queue(queue)
-    for action in load_actions(queue_settings, settings):
-        if isinstance(action, ArchiveIngestAction):
-            return action.options
+    options: ArchiveIngestOptions | None = options_of(queue_settings, ArchiveIngestAction, settings.source)
+    if options is not None:
+        return options
     raise ConfigError(f"queue {queue_settings.name!r} has no archive_ingest action; give --catalog to read a "
                       "catalog directly")
 

@@ -13,11 +13,11 @@ from typing import NoReturn
 
 import click
 
+from dataq.config import Settings
+from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, StoreUnavailable
 from dataq.record import Record, RecordRules, parse_line
-from dataq.service import open_store, resolve_redis
-from dataq.settings import Settings
-from dataq.store import QueueList
+from dataq.store import QueueList, QueueStore
 
 from . import files
 from .operations import DEFAULT_EVENTS, PLAN, Context, Request, execute
@@ -208,7 +208,7 @@ def main(
         raise click.UsageError("nothing to do: give at least one switch (see --help)")
     try:
         url = redis_url or resolve_redis(settings, start_embedded=False).url
-        store = open_store(settings, url, queue.name)
+        store = QueueStore.open(settings, url, queue.name)
     except DataqError as exc:
         _fail(str(exc), EXIT_CONFIG)
     out = Renderer(queue.name, as_json=as_json)

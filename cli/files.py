@@ -7,7 +7,6 @@ constant memory. Record lines are read and written only through :mod:`dataq.reco
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from typing import Protocol
 
 import click
 
+from dataq.checksum import hash_file
 from dataq.errors import DataqError, InvalidRecord
 from dataq.record import Record, RecordRules, format_line, make_record, parse_line
 from dataq.store import QueueList, QueueStore
@@ -25,8 +25,6 @@ LOAD_BATCH = 1000
 """Records pushed per group commit by --load (the push daemon's default batch)."""
 MAX_DUPLICATE_WARNINGS = 100
 """Duplicates named one by one by --load; the rest are only counted, so a re-load does not flood stderr."""
-CHECKSUM_CHUNK = 1 << 20
-"""Bytes read at a time when --pushfile computes a checksum."""
 STDIN = "-"
 DUMP_FILE_MODE = 0o666
 """Mode of a dump file before the umask, as for any file a program creates."""
@@ -69,17 +67,12 @@ def show_progress(as_json: bool, stdout: Terminal | None = None, stderr: Termina
 def file_record(path: str, rules: RecordRules) -> Record:
     """The record of a data file: its absolute path, md5 and size, read in chunks."""
     absolute = os.path.abspath(path)
-    digest = hashlib.md5(usedforsecurity=False)
-    size = 0
     try:
-        with open(absolute, "rb") as file:
-            while chunk := file.read(CHECKSUM_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
+        checksum, size = hash_file(absolute)
     except OSError as exc:
         raise FileProblem(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
-        return make_record(absolute, digest.hexdigest(), size, rules)
+        return make_record(absolute, checksum, size, rules)
     except InvalidRecord as exc:
         raise FileProblem(f"{path}: {exc}") from exc
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Coroutine
 from typing import Any
 
 import click
-from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
 
 from dataq import __version__
+from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
+from dataq.config import MAX_PORT, Settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging
-from dataq.settings import Settings
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C before the suite was up (the embedded redis-server still loading its AOF)."""
 
 
 def _logging(settings: Settings, component: str) -> None:
@@ -36,7 +40,9 @@ def _run(coro: Coroutine[Any, Any, int]) -> None:
     raise SystemExit(status or 0)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "DATAQ"})
+# No auto_envvar_prefix: the environment speaks through DATAQ_CONFIG and the overrides the settings document
+# (dataq.config.schema.ENV_OVERRIDES), not through one more variable per option.
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dataq")
 def main() -> None:
     """dataq: a resilient data queue. Feeders push file records over TCP; actions run on each record."""
@@ -47,7 +53,7 @@ def main() -> None:
 @queue_option
 def push(config_path: str | None, queue_name: str | None) -> None:
     """Run the push daemon: read records from TCP feeders into the queue."""
-    from dataq.push import run_push_daemon
+    from dataq.push.daemon import run_push_daemon
 
     settings = load_or_exit(config_path)
     _logging(settings, "push")
@@ -60,7 +66,7 @@ def push(config_path: str | None, queue_name: str | None) -> None:
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=None, help="Records run at once.")
 def pop(config_path: str | None, queue_name: str | None, concurrency: int | None) -> None:
     """Run the pop daemon: claim records and run the queue's actions on them."""
-    from dataq.pop import run_pop_daemon
+    from dataq.pop.daemon import run_pop_daemon
 
     settings = load_or_exit(config_path)
     _logging(settings, "pop")
@@ -71,18 +77,32 @@ def pop(config_path: str | None, queue_name: str | None, concurrency: int | None
 @config_option
 def run(config_path: str | None) -> None:
     """Run the whole suite in the foreground: embedded Redis (if none is configured), push and pop daemons."""
-    from dataq.runner import run_suite
+    from dataq.embedded.locate import resolve_redis
+    from dataq.embedded.suite import run_suite
 
     settings = load_or_exit(config_path)
     _logging(settings, "run")
-    _run(run_suite(settings))
+    try:
+        # Started here, on the main thread, before the event loop: the server must die with this process, and
+        # the kernel ties that to the thread that starts it (dataq.runtime.children). A Ctrl-C while it loads
+        # its AOF is a KeyboardInterrupt here, which stops it.
+        redis = resolve_redis(settings, start_embedded=True, die_with_parent=True)
+    except DataqError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_FAILURE) from exc
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    try:
+        _run(run_suite(settings, redis))
+    finally:
+        redis.close()
 
 
 @main.command()
 @config_option
 @queue_option
 @click.option("--host", default=None, help="Push daemon host (default: from the settings).")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Push daemon port (default: settings).")
+@click.option("--port", type=click.IntRange(1, MAX_PORT), default=None, help="Push daemon port (default: settings).")
 @click.option(
     "--scan",
     "scan_dir",
@@ -114,7 +134,7 @@ def feed(
     file: str | None,
 ) -> None:
     """Send records to a push daemon: a FILE of record lines (- for stdin), or every file under --scan DIR."""
-    from dataq.feed_command import feed_command
+    from dataq.feed.command import feed_command
 
     settings = load_or_exit(config_path)
     if (file is None) == (scan_dir is None):
@@ -139,7 +159,7 @@ def feed(
 @config_option
 def redis(config_path: str | None) -> None:
     """Run the embedded redis-server in the foreground (for dataq-redis.service); a no-op with [redis] url set."""
-    from dataq.redis_service import run_embedded_redis
+    from dataq.embedded.service import run_embedded_redis
 
     settings = load_or_exit(config_path)
     _logging(settings, "redis")
@@ -148,14 +168,25 @@ def redis(config_path: str | None) -> None:
 
 @main.command("notify-crash")
 @config_option
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds to keep trying to send.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds to keep trying to send.")
 @click.argument("unit")
 def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:
-    """Mail the 'crashed' notice for a failed dataq unit (the units' OnFailure= hook)."""
-    from dataq.notify import main_crashed
+    """Mail the 'crashed' notice for a failed dataq unit (the units' OnFailure= hook).
 
-    config = ["--config", config_path] if config_path else []
-    raise SystemExit(main_crashed([*config, "--timeout", str(timeout), unit]))
+    Exits 0 once mailed (or with mail disabled: the crash is logged either way), 1 if not delivered in time.
+    """
+    from dataq.ops.crash import notify_crashed
+
+    settings = load_or_exit(config_path)
+    # stderr only: this runs under systemd, whose journal keeps it with the failed unit's invocation.
+    configure_logging(component="notify-crash", level=settings.log.level, fmt=settings.log.format)
+    try:
+        status = notify_crashed(settings, unit, os.environ, timeout)
+    except ConfigError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_CONFIG) from exc
+    raise SystemExit(status)
 
 
 def _register_archive() -> None:

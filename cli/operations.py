@@ -13,26 +13,20 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from dataq.ops.health import check_health, rates
 from dataq.protocol import ignored_reply, pushed_reply
 from dataq.record import Record, RecordRules
 from dataq.store import Flag, QueueList, QueueStore
 
 from . import files
 from .options import EXIT_FAILURE, EXIT_OK
-from .render import Rates, Renderer
+from .render import Renderer
 
 DEFAULT_EVENTS = 20
 """Events shown by a bare --events (and before --follow starts tailing)."""
 FOLLOW_BLOCK = 1.0
 """Seconds one read of --follow waits for new events before it asks again."""
 FOLLOW_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-RATE_WINDOW = 60.0
-"""Seconds of events --summary counts for its per-minute rates."""
-RATE_KINDS = ("pushed", "done", "failed")
-RATE_CHUNK = 10_000
-"""Events read per round trip when counting rates."""
-RATE_EVENT_CAP = 500_000
-"""Most events --summary reads for its rates; past it, the rates cover only the part of the window read."""
 LIST_CHUNK = 1_000
 """Records read per round trip by --list."""
 STREAM_START = "0-0"
@@ -207,63 +201,13 @@ async def _info(ctx: Context) -> None:
         ctx.out.info(await ctx.store.server_info())
 
 
-async def check_health(store: QueueStore) -> tuple[bool, str, int, int]:
-    """(healthy, reason, live workers, registered workers): Redis answers and every daemon has a fresh heartbeat."""
-    await store.ping()
-    workers = await store.workers()
-    dead = [w.worker_id for w in workers if w.heartbeat is None]
-    registered = len(workers)
-    alive = registered - len(dead)
-    if not workers:
-        return False, f"no daemon is running for queue {store.queue}", 0, 0
-    if dead:
-        more = f" and {len(dead) - 1} more" if len(dead) > 1 else ""
-        reason = f"worker {dead[0]}{more} has no fresh heartbeat ({alive} of {registered} alive)"
-        return False, reason, alive, registered
-    daemons = "daemon is" if alive == 1 else "daemons are"
-    return True, f"Redis answers; {alive} {daemons} alive for queue {store.queue}", alive, registered
-
-
 async def _health(ctx: Context) -> None:
     if not ctx.request.health:
         return
-    healthy, reason, alive, registered = await check_health(ctx.store)
-    ctx.out.health(healthy, reason, alive, registered)
-    if not healthy:
+    health = await check_health(ctx.store)
+    ctx.out.health(health.healthy, health.reason, health.alive, health.registered)
+    if not health.healthy:
         ctx.status = EXIT_FAILURE
-
-
-async def rates(store: QueueStore, now: float | None = None) -> Rates:
-    """Pushed, done and failed events per minute over the last :data:`RATE_WINDOW` seconds.
-
-    Reads only the window's events (at most :data:`RATE_EVENT_CAP`). The stream is trimmed by length and age,
-    so when its oldest event is younger than the window and older ones were dropped, the rates cover only what
-    is left, and say so.
-    """
-    end = time.time() if now is None else now
-    start = end - RATE_WINDOW
-    covered_from, covered_to = start, end
-    stream = await store.event_stream_info()
-    if stream.first is not None and stream.first.time > start and stream.trimmed is not False:
-        # Events older than the oldest one kept were dropped, and some of them may have been in the window.
-        covered_from = stream.first.time
-    counts = dict.fromkeys(RATE_KINDS, 0)
-    last_id, read = f"{int(start * 1000)}-0", 0
-    while True:
-        batch = await store.events_after(last_id, count=RATE_CHUNK)
-        for event in batch:
-            if event.kind in counts:
-                counts[event.kind] += 1
-        read += len(batch)
-        if len(batch) < RATE_CHUNK:
-            break
-        last_id = batch[-1].event_id
-        if read >= RATE_EVENT_CAP:
-            covered_to = batch[-1].time
-            break
-    covered = max(covered_to - covered_from, 0.0)
-    per_minute = {kind: (n * 60.0 / covered if covered > 0 else 0.0) for kind, n in counts.items()}
-    return Rates(per_minute, RATE_WINDOW, min(covered, RATE_WINDOW))
 
 
 async def _summary(ctx: Context) -> None:

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 import click
 
+from dataq.config import Settings, load_settings
 from dataq.errors import DataqError
-from dataq.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

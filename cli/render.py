@@ -11,11 +11,11 @@ import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from dataq.ops.health import Rates
 from dataq.record import Record, format_list_line
 from dataq.store import Event, Flag, Summary, Worker
 
@@ -26,21 +26,6 @@ MOVE_MESSAGES = {
     "delete": "Deleted {n} records from the {which} queue",
     "redo": "Reactivated {n} records",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """Events per minute of the kinds --summary reports, and how much of the window the stream covered."""
-
-    per_minute: Mapping[str, float]
-    window: float
-    """Seconds asked for."""
-    covered: float
-    """Seconds the counted events actually span (less than ``window`` when the stream was trimmed or capped)."""
-
-    @property
-    def complete(self) -> bool:
-        return self.covered >= self.window
 
 
 def _when(timestamp: object) -> str:

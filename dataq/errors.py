@@ -28,16 +28,12 @@ class StoreUnavailable(StoreError):
     """Redis cannot be reached (connection refused, lost, timed out, loading); retry with backoff."""
 
 
-class UnknownQueue(StoreError):
-    """A queue name that the configuration does not define."""
-
-
 class RangeError(StoreError):
     """A range of ids (first-id .. last-id) cannot be applied: unknown id, wrong list or reversed."""
 
 
-class NotOwner(StoreError):
-    """A worker tried to settle a record that is no longer in its processing list (it was reclaimed)."""
+class LeaseLost(StoreError):
+    """A lease (a single-writer lock in Redis) could not be taken in time, or was lost while held."""
 
 
 class EmbeddedRedisError(DataqError):

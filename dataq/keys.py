@@ -35,7 +35,8 @@ key                    type    what it holds                                    
                                                                                             sweeper deletes
 ``heartbeat:<w>``      string  JSON stats of worker ``w``; expires after the heartbeat TTL: daemon, TTL
                                its absence means the worker is dead.
-``lock:<name>``        string  a lease (token with TTL) for single-writer work.             holder, TTL
+``lock:<name>``        string  a lease for single-writer work: redis-py's Lock (its token   holder, TTL
+                               with a TTL the holder renews), e.g. the archive catalog's.
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import os
 import re
 import sys
 from pathlib import Path
@@ -25,13 +24,16 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from dataq.errors import ConfigError
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-LOG_FORMATS = ("auto", "console", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""Levels a setting may name, least severe first."""
+LOG_FORMATS = ("auto", "json", "console")
+"""Renderings of stderr: ``auto`` is console on a terminal, JSON lines otherwise."""
 DEFAULT_LEVEL = "info"
 DEFAULT_FORMAT = "auto"
 COMPONENT_PATTERN = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 COMPONENT_KEY = "component"
-SYSTEM_LOG_DIR = Path("/var/log/dataq")
+SYSTEM_LOG_DIR = "/var/log/dataq"
+"""Where logs go when ``log.dir`` is unset and this directory is writable (else ``<data_dir>/log``)."""
 DATA_DIR_LOG_SUBDIR = "log"
 LOG_FILE_SUFFIX = ".log"
 LOG_FILE_ENCODING = "utf-8"
@@ -98,19 +100,6 @@ def configure_logging(
 def get_logger(**context: object) -> structlog.stdlib.BoundLogger:
     """A logger carrying ``context`` in every event; it follows the configuration current when it logs."""
     return structlog.stdlib.get_logger(**context)
-
-
-def default_log_dir(data_dir: str | Path, *, system_dir: str | Path = SYSTEM_LOG_DIR) -> Path:
-    """``system_dir`` (``/var/log/dataq``) when it exists or can be created and is writable, else ``<data_dir>/log``."""
-    system = Path(system_dir)
-    try:
-        system.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass
-    else:
-        if os.access(system, os.W_OK | os.X_OK):
-            return system
-    return Path(os.path.abspath(data_dir)) / DATA_DIR_LOG_SUBDIR
 
 
 def _shared_processors(component: str) -> list[Processor]:

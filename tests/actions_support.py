@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dataq.embedded.redis_server import free_port
 from dataq.record import Record
-from dataq.redis_server import free_port
 
 LOOPBACK = "127.0.0.1"
 PUSHED_AT = 1404777600.0

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner, Result
-from dataq.cli.console import main
 
+from dataq.cli.console import main
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from tests.helpers import make_records

@@ -13,22 +13,25 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dataq.actions import Action, NoOptions
-
+from dataq.actions.testing import leave_mark, marks
+from dataq.config import Settings, load_settings
 from dataq.errors import ActionError
-from dataq.pop import run_pop_daemon
+from dataq.ops.notices import Notice
+from dataq.pop.daemon import run_pop_daemon
 from dataq.record import Record
-from dataq.settings import Settings, load_settings
 from dataq.store import QueueStore
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "transfer"
-MARKER = "tests.pop_support:MarkerAction"
+MARKER = "mark"
+"""dataq's own test action that leaves a file per run (:mod:`dataq.actions.testing`)."""
 POISON = "tests.pop_support:PoisonAction"
 FAIL_SOME = "tests.pop_support:FailSomeAction"
 WAIT_TIMEOUT = 30.0
@@ -36,26 +39,6 @@ STARTUP_TIMEOUT = 20.0
 
 
 # --- test actions --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerOptions:
-    dir: str
-    """One file is created here per execution: ``<monotonic ns>-<pid>-<record id>``."""
-    seconds: float = 0.0
-    """How long each execution then sleeps."""
-
-
-class MarkerAction(Action[MarkerOptions]):
-    """Leaves a marker file per execution (so a test can count runs across processes), then sleeps."""
-
-    name = "marker"
-    Options = MarkerOptions
-
-    async def run(self, record: Record) -> None:
-        Path(self.options.dir, f"{time.monotonic_ns():020d}-{os.getpid()}-{record.id}").touch()
-        if self.options.seconds:
-            await asyncio.sleep(self.options.seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +53,7 @@ class PoisonAction(Action[PoisonOptions]):
     Options = PoisonOptions
 
     async def run(self, record: Record) -> None:
-        Path(self.options.dir, f"{time.monotonic_ns():020d}-{os.getpid()}-{record.id}").touch()
+        leave_mark(self.options.dir, record)
         if self.options.marker in record.path:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -87,7 +70,7 @@ class FailSomeAction(Action[FailSomeOptions]):
     Options = FailSomeOptions
 
     async def run(self, record: Record) -> None:
-        Path(self.options.dir, f"{time.monotonic_ns():020d}-{os.getpid()}-{record.id}").touch()
+        leave_mark(self.options.dir, record)
         if record.id in self.options.ids:
             raise ActionError(f"record {record.id} is on the fail list")
 
@@ -108,15 +91,12 @@ SELF_CANCELLING = "tests.pop_support:SelfCancellingAction"
 
 
 def executions(marker_dir: Path) -> list[str]:
-    """Record ids in the order their executions started (every process on this host shares the clock)."""
-    return [name.split("-", 2)[2] for name in sorted(os.listdir(marker_dir))]
+    """Record ids in the order their executions started."""
+    return marks(marker_dir)
 
 
 def runs_by_id(marker_dir: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for record_id in executions(marker_dir):
-        counts[record_id] = counts.get(record_id, 0) + 1
-    return counts
+    return dict(Counter(marks(marker_dir)))
 
 
 # --- settings ------------------------------------------------------------------------------------------------
@@ -212,10 +192,12 @@ async def counter(store: QueueStore, name: str) -> int:
 
 @dataclass
 class RecordingNotifier:
-    notices: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    """A notifier that keeps every notice posted to it."""
 
-    async def notify(self, kind: str, subject: str, details: Mapping[str, object]) -> None:
-        self.notices.append((kind, subject, dict(details)))
+    notices: list[Notice] = field(default_factory=list)
+
+    def post(self, notice: Notice) -> None:
+        self.notices.append(notice)
 
 
 @dataclass

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from dataq.push import run_push_daemon
+from dataq.config import PopSettings, PushSettings, QueueSettings, RedisSettings, Settings
+from dataq.push.daemon import run_push_daemon
 from dataq.record import Record, format_line
-from dataq.settings import PopSettings, PushSettings, QueueSettings, RedisSettings, Settings
 from dataq.store import QueueList, QueueStore
 
 QUEUE = "transfer"
@@ -126,13 +126,6 @@ async def push_daemon(redis_url: str, tmp_path: Path) -> AsyncIterator[StartPush
     for daemon in running:
         if not daemon.task.done():
             await daemon.shutdown()
-
-
-@pytest.fixture
-async def queue_store(redis_url: str) -> AsyncIterator[QueueStore]:
-    store = QueueStore.from_url(redis_url, QUEUE)
-    yield store
-    await store.close()
 
 
 # --- clients -------------------------------------------------------------------------------------------------

@@ -39,8 +39,6 @@ SCRIPT_NAMES = (
     "clear",
     "set_flag",
     "heartbeat",
-    "release_lease",
-    "renew_lease",
 )
 _RANGE_ERROR_PREFIX = "DQRANGE "
 
@@ -104,7 +102,7 @@ def server_pid(url: str, timeout: float) -> int | None:
 
 def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
     """Register every Lua script with the client (redis-py sends each by SHA, loading it on first use)."""
-    package = resources.files("dataq") / "lua"
+    package = resources.files("dataq.store") / "lua"
     return {name: client.register_script((package / f"{name}.lua").read_text()) for name in SCRIPT_NAMES}
 
 

@@ -279,22 +279,5 @@ class LifecycleOps(StoreBase):
                 await pubsub.aclose()
 
     @translated
-    async def acquire_lease(self, name: str, token: str, ttl: float) -> bool:
-        """Take the named lease if nobody holds it (or renew it if we do)."""
-        key = self.keys.lock(name)
-        if await self.r.set(key, token, nx=True, px=int(ttl * 1000)):
-            return True
-        return bool(await self._script("renew_lease", [key], [token, int(ttl * 1000)]))
-
-    @translated
-    async def release_lease(self, name: str, token: str) -> bool:
-        return bool(await self._script("release_lease", [self.keys.lock(name)], [token]))
-
-    @translated
-    async def renew_lease(self, name: str, token: str, ttl: float) -> bool:
-        """Extend the named lease to ``ttl`` seconds from now if ``token`` still holds it (one atomic step)."""
-        return bool(await self._script("renew_lease", [self.keys.lock(name)], [token, int(ttl * 1000)]))
-
-    @translated
     async def ping(self) -> bool:
         return bool(await self.r.ping())

@@ -11,9 +11,9 @@ import random
 import signal
 from pathlib import Path
 
-from dataq.feeder import Feeder
+from dataq.embedded.redis_server import free_port
+from dataq.feed.client import Feeder
 from dataq.record import Record
-from dataq.redis_server import free_port
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import LOOPBACK, RsyncDaemon, hidden_leftovers, make_file, md5, rsync_daemon
 from tests.pop_support import PopProcess, counter, processes, toml_value, wait_for_value

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos_support import ChaosPlan, ChaosRun
+from bench.chaos_harness import ChaosPlan, ChaosRun
 
 
 @pytest.mark.timeout(300)

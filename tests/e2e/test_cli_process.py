@@ -14,17 +14,13 @@ import tracemalloc
 from pathlib import Path
 from typing import IO
 
-import pytest
 from dataq.cli.options import EXIT_FAILURE, EXIT_OK, EXIT_UNAVAILABLE
-
+from dataq.embedded.redis_server import free_port
 from dataq.record import format_line
-from dataq.redis_server import free_port
 from dataq.store import QueueStore
-from tests import cli_support
 from tests.cli_support import QUEUE, on_store, seed, write_config
+from tests.conftest import skip_on_other_os
 from tests.helpers import make_records
-
-config = cli_support.config
 
 PROCESS_TIMEOUT = 30.0
 LINE_TIMEOUT = 10.0
@@ -157,7 +153,7 @@ def test_health_exit_status_tells_a_monitor_whether_the_daemons_are_alive(config
     assert run(config, "--health").returncode == EXIT_OK
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a Linux pseudo-terminal")
+@skip_on_other_os("needs a Linux pseudo-terminal")
 def test_load_shows_a_progress_bar_on_a_terminal_only(config: Path, redis_url: str, tmp_path: Path) -> None:
     path = tmp_path / "records.txt"
     path.write_text("".join(format_line(r) + "\n" for r in make_records(3000)))
@@ -203,7 +199,7 @@ def peak_kb(config_file: Path, *args: str) -> int:
     return int(line.removeprefix(PEAK_PREFIX))
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+@skip_on_other_os("needs Linux /proc")
 def test_dump_and_load_of_a_large_queue_stream_in_bounded_memory(
     config: Path, redis_url: str, tmp_path: Path
 ) -> None:

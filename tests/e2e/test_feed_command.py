@@ -8,7 +8,6 @@ from pathlib import Path
 
 from dataq.record import format_line
 from dataq.store import QueueList, QueueStore
-from tests import push_support
 from tests.helpers import make_records
 from tests.push_support import (
     Certs,
@@ -16,9 +15,6 @@ from tests.push_support import (
     active_ids,
     dataq_command,
 )
-
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon, queue_store, certs = push_support.push_daemon, push_support.queue_store, push_support.certs
 
 
 async def dataq_feed(*args: str, config: Path | None = None) -> tuple[int, str, str]:
@@ -33,7 +29,7 @@ async def dataq_feed(*args: str, config: Path | None = None) -> tuple[int, str, 
 
 
 async def test_feeding_a_dump_file_pushes_every_record_and_prints_a_one_line_summary(
-    push_daemon: StartPush, queue_store: QueueStore, tmp_path: Path
+    push_daemon: StartPush, store: QueueStore, tmp_path: Path
 ) -> None:
     daemon = await push_daemon()
     records = make_records(500)
@@ -42,13 +38,13 @@ async def test_feeding_a_dump_file_pushes_every_record_and_prints_a_one_line_sum
     status, out, err = await dataq_feed("--port", str(daemon.port), "--window", "64", str(dump))
     assert status == 0, err
     assert out.startswith("pushed 500, ignored 0, errors 0 in ") and "records/s" in out
-    assert len(await active_ids(queue_store)) == 500
+    assert len(await active_ids(store)) == 500
     status, out, _ = await dataq_feed("--port", str(daemon.port), str(dump))
     assert status == 0 and out.startswith("pushed 0, ignored 500, errors 0")
 
 
 async def test_a_line_that_cannot_be_a_record_is_reported_by_line_number_and_the_exit_status_is_1(
-    push_daemon: StartPush, queue_store: QueueStore, tmp_path: Path
+    push_daemon: StartPush, store: QueueStore, tmp_path: Path
 ) -> None:
     daemon = await push_daemon()
     good = make_records(2)
@@ -58,7 +54,7 @@ async def test_a_line_that_cannot_be_a_record_is_reported_by_line_number_and_the
     assert status == 1
     assert f"{dump}:2: not sent: path 'relative/path' is not absolute" in err
     assert out.startswith("pushed 2, ignored 0, errors 0") and "1 lines not sent" in out
-    assert sorted(await active_ids(queue_store)) == sorted(r.checksum for r in good)
+    assert sorted(await active_ids(store)) == sorted(r.checksum for r in good)
 
 
 async def test_a_record_the_daemon_refuses_is_reported_with_its_error_and_the_exit_status_is_1(
@@ -77,7 +73,7 @@ async def test_a_record_the_daemon_refuses_is_reported_with_its_error_and_the_ex
 
 
 async def test_scanning_a_directory_pushes_every_file_with_its_md5_and_size(
-    push_daemon: StartPush, queue_store: QueueStore, tmp_path: Path
+    push_daemon: StartPush, store: QueueStore, tmp_path: Path
 ) -> None:
     daemon = await push_daemon()
     tree = tmp_path / "mtn" / "20140708"
@@ -89,7 +85,7 @@ async def test_scanning_a_directory_pushes_every_file_with_its_md5_and_size(
     status, out, err = await dataq_feed("--port", str(daemon.port), "--scan", str(tmp_path / "mtn"))
     assert status == 0, err
     assert out.startswith("pushed 41, ignored 0, errors 0")
-    stored = {r.path: r for r in await queue_store.list_records(QueueList.ACTIVE)}
+    stored = {r.path: r for r in await store.list_records(QueueList.ACTIVE)}
     assert set(stored) == {str(path) for path in contents}
     for path, content in contents.items():
         assert (stored[str(path)].checksum, stored[str(path)].size) == (hashlib.md5(content).hexdigest(), len(content))

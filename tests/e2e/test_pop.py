@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from dataq.errors import StoreUnavailable
 from dataq.record import Record
 from dataq.store import Flag, QueueList, QueueStore
 from tests.conftest import MakeRedis
-from tests.helpers import checksum_of, make_records
+from tests.helpers import checksum_of, make_records, until_subscribed
 from tests.pop_support import (
     MARKER,
     POISON,
@@ -29,14 +28,6 @@ from tests.pop_support import (
 )
 
 
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[QueueStore]:
-    """A store on the session's test Redis (flushed for each test), queue ``transfer``."""
-    queue_store = QueueStore.from_url(redis_url, "transfer")
-    yield queue_store
-    await queue_store.close()
-
-
 def marker_config(tmp_path: Path, redis_url: str, seconds: float, **kw: object) -> tuple[Path, Path]:
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
@@ -47,11 +38,6 @@ def marker_config(tmp_path: Path, redis_url: str, seconds: float, **kw: object) 
 
 async def marker_count(markers: Path) -> int:
     return len(executions(markers))
-
-
-async def subscribers(store: QueueStore) -> int:
-    ((_, count),) = await store.r.pubsub_numsub(store.keys.notices)
-    return int(count)
 
 
 async def test_kill_9_mid_action_loses_nothing_and_the_records_run_again(
@@ -92,7 +78,7 @@ async def test_many_daemons_on_one_queue_run_every_record_exactly_once(
         started += [PopProcess(config) for _ in range(daemons)]
         for child in started:
             await child.registered(store)
-        await wait_for_value(lambda: subscribers(store), daemons, what="every daemon listening for notices")
+        await until_subscribed(store, store.keys.notices, daemons)  # every daemon listening for notices
         await store.set_flag(Flag.ACTION, True)
         await wait_for_value(lambda: counter(store, "done"), 400, what="every record done")
         for child in started:
@@ -177,7 +163,7 @@ async def test_action_off_while_the_daemon_waits_then_a_push_claims_nothing_unti
         daemon = PopProcess(config)
         started.append(daemon)
         await daemon.registered(store)
-        await wait_for_value(lambda: subscribers(store), 1, what="the daemon listening for notices")
+        await until_subscribed(store, store.keys.notices)
         await store.set_flag(Flag.ACTION, False)
         await store.push_batch(make_records(5), source="t")
         await asyncio.sleep(1.5)  # the push woke it, and its poll interval has passed too

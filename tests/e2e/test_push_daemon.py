@@ -8,11 +8,10 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from dataq.feeder import Feeder
+from dataq.embedded.redis_server import free_port
+from dataq.feed.client import Feeder
 from dataq.record import format_line
-from dataq.redis_server import free_port
 from dataq.store import QueueStore
-from tests import push_support
 from tests.helpers import make_records
 from tests.push_support import (
     active_ids,
@@ -23,12 +22,9 @@ from tests.push_support import (
     write_push_config,
 )
 
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-queue_store = push_support.queue_store
-
 
 async def test_dataq_push_serves_the_original_feeder_logs_each_outcome_with_the_peer_and_exits_0_on_sigterm(
-    tmp_path: Path, redis_url: str, queue_store: QueueStore
+    tmp_path: Path, redis_url: str, store: QueueStore
 ) -> None:
     port = free_port()
     record = make_records(1)[0]
@@ -40,7 +36,7 @@ async def test_dataq_push_serves_the_original_feeder_logs_each_outcome_with_the_
         daemon.signal(signal.SIGTERM)
         assert await asyncio.to_thread(daemon.wait) == 0
         events = [json.loads(line) for line in daemon.log_lines()]
-    assert await active_ids(queue_store) == [record.checksum]
+    assert await active_ids(store) == [record.checksum]
     by_event = {event["event"]: event for event in events}
     duplicate = by_event["ignored a duplicate: the id is already tracked"]
     refused = by_event["refused a record line"]
@@ -51,7 +47,7 @@ async def test_dataq_push_serves_the_original_feeder_logs_each_outcome_with_the_
 
 
 async def test_a_daemon_stopped_mid_feed_answers_what_it_read_and_its_successor_takes_the_rest_exactly_once(
-    tmp_path: Path, redis_url: str, queue_store: QueueStore
+    tmp_path: Path, redis_url: str, store: QueueStore
 ) -> None:
     port = free_port()
     config = write_push_config(tmp_path, redis_url, port)
@@ -75,7 +71,7 @@ async def test_a_daemon_stopped_mid_feed_answers_what_it_read_and_its_successor_
         result = await asyncio.wait_for(feeding, 60)
     assert result.errors == 0 and result.reconnects >= 1
     assert result.pushed + result.ignored == len(records)
-    stored = await active_ids(queue_store)
+    stored = await active_ids(store)
     assert len(stored) == len(set(stored)) == len(records)
 
 

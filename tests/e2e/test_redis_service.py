@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from dataq.redis_server import find_running
+from dataq.embedded.redis_server import find_running
 
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
 

@@ -9,16 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from dataq.cli import operations
 
+from dataq.cli import operations
+from dataq.ops import health
 from dataq.record import format_line
 from dataq.store import Flag, QueueList, QueueStore
-from tests import cli_support
 from tests.cli_support import OTHER_QUEUE, QUEUE, by_switch, documents, ids, listed, on_store, seed
 from tests.helpers import make_records
-
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-config, cli = cli_support.config, cli_support.cli
 
 Cli = Callable[..., Result]
 WORKER = "host-1:4242:pop:abc123"
@@ -97,8 +94,8 @@ def test_summary_says_when_the_trimmed_event_stream_covers_less_than_the_minute(
 def test_summary_rates_cover_only_the_events_read_when_the_cap_is_reached(
     cli: Cli, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(operations, "RATE_CHUNK", 10)
-    monkeypatch.setattr(operations, "RATE_EVENT_CAP", 20)
+    monkeypatch.setattr(health, "RATE_CHUNK", 10)
+    monkeypatch.setattr(health, "RATE_EVENT_CAP", 20)
     seed(redis_url, 50)
     rates = by_switch(ok(cli("--summary", "--json")).stdout)["summary"]["rates"]
     assert rates["complete"] is False and rates["covered_seconds"] < 60

@@ -7,17 +7,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+
 from dataq.cli.console import main
 from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
-
+from dataq.embedded.redis_server import free_port
 from dataq.record import format_line
-from dataq.redis_server import free_port
 from dataq.store import Flag, QueueList
-from tests import cli_support
 from tests.cli_support import QUEUE, by_switch, ids, on_store, seed, write_config
 from tests.helpers import checksum_of, make_records
-
-config, cli = cli_support.config, cli_support.cli
 
 Cli = Callable[..., Result]
 

@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
-from dataq.cli import files
 
+from dataq.cli import files
 from dataq.record import Record, format_line
 from dataq.store import QueueList
-from tests import cli_support
 from tests.cli_support import QUEUE, by_switch, ids, on_store, seed
 from tests.helpers import make_records
-
-config, cli = cli_support.config, cli_support.cli
 
 Cli = Callable[..., Result]
 

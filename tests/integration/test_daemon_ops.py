@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from dataq.daemon_ops import DaemonOps
-from dataq.notify import RedisDownWatch
-from dataq.notify.kinds import KIND_REDIS_BACK, KIND_REDIS_DOWN
-from dataq.settings import MetricsSettings, Settings
+from prometheus_client import generate_latest
+
+from dataq.config import MailSettings, MetricsSettings, Settings
+from dataq.ops.daemon_ops import DaemonOps
+from dataq.ops.notices import KIND_REDIS_BACK, KIND_REDIS_DOWN
+from dataq.runtime.supervise import Supervisor
 from dataq.store import QueueStore
 from tests.conftest import MakeRedis
 from tests.pop_support import RecordingNotifier, wait_until
@@ -18,22 +20,25 @@ async def test_an_outage_longer_than_the_threshold_is_noticed_then_its_end_count
 ) -> None:
     server = make_redis()
     store = QueueStore.from_url(server.url, "transfer", socket_timeout=0.5)
-    ops = DaemonOps(Settings(metrics=MetricsSettings(enabled=False)), "transfer", "pop")
     recorder = RecordingNotifier()
-    ops.redis_watch = RedisDownWatch(recorder, "transfer", threshold=0.0)
+    settings = Settings(metrics=MetricsSettings(enabled=False), mail=MailSettings(redis_down_after=0.0))
+    ops = DaemonOps(settings, "transfer", "pop", dict, notifier=recorder)
     stop = asyncio.Event()
-    await ops.start(store, stop)
+    supervisor = Supervisor(stop)
+    await ops.start(store, supervisor, until=stop)
     try:
         server.kill()
 
         async def noticed(kind: str) -> bool:
-            return any(notice[0] == kind for notice in recorder.notices)
+            return any(notice.kind == kind for notice in recorder.notices)
 
         await wait_until(lambda: noticed(KIND_REDIS_DOWN), timeout=10, what="the redis-down notice")
         server.start()
         await wait_until(lambda: noticed(KIND_REDIS_BACK), timeout=10, what="the redis-back notice")
-        assert 'dataq_redis_reconnects_total{queue="transfer"} 1' in ops.metrics.registry.render()
+        assert b'dataq_redis_reconnects_total{queue="transfer"} 1.0' in generate_latest(ops.metrics.registry)
     finally:
         stop.set()
         await ops.close()
+        await supervisor.cancel()
         await store.close()
+    assert supervisor.failed is None

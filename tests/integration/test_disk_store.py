@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dataq.actions import files
 from dataq.actions.disk_store import DiskStoreAction
 from dataq.actions.files import (
@@ -27,11 +28,11 @@ from dataq.actions.files import (
 )
 from dataq.actions.layout import UnsafePath
 from dataq.actions.registry import load_actions
-
+from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError
 from dataq.record import Record
-from dataq.settings import QueueSettings, Settings
 from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, tiny_filesystem
+from tests.helpers import action_context
 
 DATA = b"night sky " * 1000
 
@@ -55,8 +56,7 @@ def make_action(root: Path, tmp_path: Path, **options: Any) -> DiskStoreAction:
 def build_action(table: dict[str, Any], tmp_path: Path) -> DiskStoreAction:
     """The action as the pop daemon builds it: through the registry, from a queue's options table."""
     queue = QueueSettings("transfer", actions=("disk_store",), action_options={"disk_store": table})
-    settings = Settings(data_dir=str(tmp_path / "data"), queues={"transfer": queue})
-    (action,) = load_actions(queue, settings)
+    (action,) = load_actions(action_context(queue))
     assert isinstance(action, DiskStoreAction)
     return action
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dataq.actions.files import SourceMismatch
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
-
+from dataq.config import QueueSettings
 from dataq.errors import ActionError, ActionTimeout, ConfigError
 from dataq.record import Record
-from dataq.settings import QueueSettings, Settings
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import (
     LOOPBACK,
@@ -30,6 +30,7 @@ from tests.actions_support import (
     md5,
     rsync_daemon,
 )
+from tests.helpers import action_context
 from tests.push_support import QUEUE, RunningPush, push_settings, start_push
 
 DATA = b"dome flat " * 5000
@@ -71,8 +72,7 @@ async def next_queue(redis_url: str) -> AsyncIterator[QueueStore]:
 def make_action(tmp_path: Path, **options: Any) -> NetworkMoveAction:
     """The action as the pop daemon builds it: through the registry, from a queue's options table."""
     queue = QueueSettings("transfer", actions=("network_move",), action_options={"network_move": options})
-    settings = Settings(data_dir=str(tmp_path / "data"), queues={"transfer": queue})
-    (action,) = load_actions(queue, settings)
+    (action,) = load_actions(action_context(queue))
     assert isinstance(action, NetworkMoveAction)
     return action
 

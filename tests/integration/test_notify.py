@@ -6,6 +6,7 @@ import asyncio
 import email
 import email.policy
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -18,33 +19,34 @@ import pytest
 import structlog
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+from click.testing import CliRunner
 from structlog.testing import capture_logs
 
+from dataq.cli.main import main
+from dataq.config import MailSettings
+from dataq.embedded.redis_server import free_port
 from dataq.logs import HANDLER_NAME_PREFIX
-from dataq.notices import KIND_INACTIVE
-from dataq.notify import (
+from dataq.ops.mail import MailNotifier
+from dataq.ops.notices import (
     KIND_CRASHED,
+    KIND_INACTIVE,
     KIND_READ_OFF,
+    KIND_REDIS_BACK,
     KIND_REDIS_DOWN,
     KIND_SYSTEMIC,
-    FailureWatch,
-    MailNotifier,
     crashed_notice,
     inactive_notice,
-    main_crashed,
     read_off_notice,
+    redis_back_notice,
     redis_down_notice,
     systemic_notice,
 )
-from dataq.redis_server import free_port
-from dataq.settings import MailSettings
+from dataq.ops.watches import FailureWatch
 from tests.push_support import Certs, make_certs
 
 RECIPIENTS = ("ops@example.org", "oncall@example.org")
 WAIT = 10.0
 """Seconds a test waits for mail before failing (generous: only a broken notifier takes this long)."""
-NOTIFY_BUDGET = 0.010
-"""notify() must return within 10 ms: it only records the notice."""
 
 
 class SmtpSink:
@@ -53,7 +55,6 @@ class SmtpSink:
     def __init__(self, port: int, **controller: Any) -> None:
         self.messages: list[EmailMessage] = []
         self.envelopes: list[tuple[str, list[str]]] = []
-        self.arrivals: list[float] = []
         self._changed = threading.Condition()
         self.controller = Controller(self, hostname="127.0.0.1", port=port, **controller)
 
@@ -63,7 +64,6 @@ class SmtpSink:
         with self._changed:
             self.messages.append(message)
             self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
-            self.arrivals.append(time.monotonic())
             self._changed.notify_all()
         return "250 OK"
 
@@ -123,7 +123,7 @@ async def test_each_kind_of_notice_is_mailed_at_once_with_its_content(smtp: Smtp
         crashed_notice("dataq-pop@transfer.service", "exit-code", "exited", "1"),
     ]
     for notice in notices:
-        await notifier.notify(*notice)
+        notifier.post(notice)
     mails = {mail["X-Dataq-Kind"]: mail for mail in await smtp.wait_for(len(notices))}
     assert await notifier.close()
 
@@ -161,20 +161,16 @@ async def test_a_burst_of_1000_failures_is_a_handful_of_mails_with_counts_and_ex
     notifier = MailNotifier(settings, "transfer")
     notifier.start()
     watch = FailureWatch.from_settings(notifier, "transfer", settings)
-    slowest = 0.0
     for n in range(1000):
         record_id = f"{n:032x}"
-        started = time.perf_counter()
-        await notifier.notify(*inactive_notice("transfer", record_id, f"/data/f{n}", 1, "disk full"))
-        slowest = max(slowest, time.perf_counter() - started)
-        await watch.failed(record_id, "disk full")
+        notifier.post(inactive_notice("transfer", record_id, f"/data/f{n}", 1, "disk full"))
+        watch.failed(record_id, "disk full")
         if n % 50 == 0:
             await asyncio.sleep(0)  # let the sender run during the burst, as a daemon's loop would
     await smtp.wait_until(lambda messages: sum(count_of(m) for m in messages if m["X-Dataq-Kind"] == KIND_INACTIVE)
                           == 1000)
     assert await notifier.close()
 
-    assert slowest < NOTIFY_BUDGET
     inactive = [m for m in smtp.messages if m["X-Dataq-Kind"] == KIND_INACTIVE]
     systemic = [m for m in smtp.messages if m["X-Dataq-Kind"] == KIND_SYSTEMIC]
     assert len(smtp.messages) <= 5
@@ -188,31 +184,70 @@ async def test_a_burst_of_1000_failures_is_a_handful_of_mails_with_counts_and_ex
     assert f"{count_of(digest)} inactive notices, the first: record " in digest["Subject"]
 
 
+async def sent(notifier: MailNotifier, count: int) -> None:
+    """Wait until the notifier counts ``count`` mails sent (the server has one before its sender knows)."""
+    async with asyncio.timeout(WAIT):
+        while notifier.sent < count:
+            await asyncio.sleep(0.01)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def test_mails_of_one_kind_wait_for_the_interval_but_other_kinds_do_not(smtp: SmtpSink) -> None:
-    interval = 0.5
-    notifier = MailNotifier(mail_settings(smtp.controller.port, interval=interval), "transfer")
+    clock = Clock()
+    notifier = MailNotifier(mail_settings(smtp.controller.port, interval=600), "transfer", clock=clock)
     notifier.start()
-    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
     await smtp.wait_for(1)
-    await notifier.notify(*inactive_notice("transfer", "b" * 32, "/b", 1, "e"))
-    await notifier.notify(*redis_down_notice("transfer", 61, "refused"))
-    await smtp.wait_for(3)
+    notifier.post(inactive_notice("transfer", "b" * 32, "/b", 1, "e"))  # within the interval: held
+    notifier.post(redis_down_notice("transfer", 61, "refused"))  # another kind: goes at once
+    await sent(notifier, 2)
+    assert notifier.pending == 1
+    clock.now += 599
+    notifier.post(redis_back_notice("transfer", 62))  # wakes the sender: the inactive one is still held
+    await sent(notifier, 3)
+    assert notifier.pending == 1
+    clock.now += 1
+    notifier.post(crashed_notice("dataq-pop@transfer.service"))
+    await sent(notifier, 5)
     assert await notifier.close()
     kinds = [m["X-Dataq-Kind"] for m in smtp.messages]
-    assert kinds == [KIND_INACTIVE, KIND_REDIS_DOWN, KIND_INACTIVE]
-    assert smtp.arrivals[2] - smtp.arrivals[0] >= interval * 0.9
+    assert kinds[:3] == [KIND_INACTIVE, KIND_REDIS_DOWN, KIND_REDIS_BACK]
+    assert sorted(kinds[3:]) == sorted([KIND_INACTIVE, KIND_CRASHED])
+    assert "/b" in body(smtp.messages[kinds.index(KIND_INACTIVE, 1)])
 
 
-async def test_smtp_down_then_up_delivers_after_a_retry_and_never_blocks_the_caller() -> None:
+async def test_posting_never_waits_for_the_mail_server() -> None:
+    """A server that accepts connections and never answers: posting returns before any conversation starts."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()
+        hung.setblocking(False)
+        notifier = MailNotifier(mail_settings(hung.getsockname()[1], timeout=0.2), "transfer", retry_initial=60)
+        notifier.start()
+        for n in range(20):
+            notifier.post(inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
+        assert notifier.pending == 20
+        with pytest.raises(BlockingIOError):
+            hung.accept()  # the sender has not even connected yet: post only recorded the notices
+        assert await notifier.close(within=0.5) is False  # the hung server never took them
+
+
+async def test_smtp_down_then_up_delivers_after_a_retry() -> None:
     port = free_port()  # nothing listens here yet
     notifier = MailNotifier(mail_settings(port), "transfer", retry_initial=0.1, retry_cap=0.2)
     notifier.start()
-    durations = []
     with capture_logs() as logs:
         for n in range(20):
-            started = time.perf_counter()
-            await notifier.notify(*inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
-            durations.append(time.perf_counter() - started)
+            notifier.post(inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
             await asyncio.sleep(0.02)  # spread over several failed attempts
         assert notifier.sent == 0 and notifier.pending == 20
         # Start the server once an attempt with all 20 has failed: an attempt still carrying fewer (the 20th
@@ -227,7 +262,6 @@ async def test_smtp_down_then_up_delivers_after_a_retry_and_never_blocks_the_cal
             assert await notifier.close()
         finally:
             sink.stop()
-    assert max(durations) < NOTIFY_BUDGET
     assert count_of(mail) == 20  # everything folded while the server was down, sent in one mail
     retries = [entry for entry in logs if entry["event"] == "cannot send mail; will retry"]
     assert retries and retries[0]["server"] == f"127.0.0.1:{port}"
@@ -237,10 +271,10 @@ async def test_smtp_down_then_up_delivers_after_a_retry_and_never_blocks_the_cal
 async def test_close_sends_the_pending_digest_without_waiting_for_the_interval(smtp: SmtpSink) -> None:
     notifier = MailNotifier(mail_settings(smtp.controller.port, interval=3600), "transfer")
     notifier.start()
-    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
     await smtp.wait_for(1)
     for n in range(3):
-        await notifier.notify(*inactive_notice("transfer", f"{n:032x}", "/b", 1, "e"))
+        notifier.post(inactive_notice("transfer", f"{n:032x}", "/b", 1, "e"))
     assert await notifier.close(within=WAIT)
     assert [count_of(m) for m in smtp.messages] == [1, 3]
 
@@ -248,10 +282,8 @@ async def test_close_sends_the_pending_digest_without_waiting_for_the_interval(s
 async def test_close_gives_up_within_its_time_when_smtp_stays_down() -> None:
     notifier = MailNotifier(mail_settings(free_port()), "transfer", retry_initial=0.05, retry_cap=0.1)
     notifier.start()
-    await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
-    started = time.monotonic()
+    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
     assert await notifier.close(within=0.5) is False
-    assert time.monotonic() - started < 3.0
     assert notifier.pending == 1
 
 
@@ -292,7 +324,7 @@ async def test_mail_goes_over_tls_with_a_login_whose_password_comes_from_a_file(
                                  password_file=str(tmp_path / "pw"))
         notifier = MailNotifier(settings, "transfer")
         notifier.start()
-        await notifier.notify(*inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+        notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
         [mail] = await sink.wait_for(1)
         assert await notifier.close()
     finally:
@@ -305,7 +337,7 @@ async def test_mail_goes_over_tls_with_a_login_whose_password_comes_from_a_file(
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
-    """main_crashed configures logging for its process; put the test process's back."""
+    """notify-crash configures logging for its process; put the test process's back."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     yield
@@ -328,10 +360,16 @@ MONITOR = {"MONITOR_SERVICE_RESULT": "exit-code", "MONITOR_EXIT_CODE": "exited",
            "HOME": "/nonexistent"}
 
 
+def notify_crash(*args: str) -> int:
+    """``dataq notify-crash ARGS`` in-process, with the variables systemd gives an OnFailure= unit."""
+    result = CliRunner().invoke(main, ["notify-crash", *args], env=MONITOR)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code
+
+
 @pytest.mark.usefixtures("restore_logging")
 def test_notify_crash_mails_the_crashed_notice_of_the_failed_unit(smtp: SmtpSink, tmp_path: Path) -> None:
-    config = write_config(tmp_path, smtp.controller.port)
-    assert main_crashed(["--config", config, "dataq-pop@transfer"], environ=MONITOR) == 0
+    assert notify_crash("--config", write_config(tmp_path, smtp.controller.port), "dataq-pop@transfer") == 0
     [mail] = smtp.messages
     assert mail["X-Dataq-Kind"] == KIND_CRASHED
     assert mail["X-Dataq-Queue"] == "transfer"
@@ -342,16 +380,19 @@ def test_notify_crash_mails_the_crashed_notice_of_the_failed_unit(smtp: SmtpSink
 @pytest.mark.usefixtures("restore_logging")
 def test_notify_crash_with_mail_disabled_sends_nothing_and_succeeds(smtp: SmtpSink, tmp_path: Path) -> None:
     config = write_config(tmp_path, smtp.controller.port, enabled=False)
-    assert main_crashed(["--config", config, "dataq-pop@transfer"], environ=MONITOR) == 0
+    assert notify_crash("--config", config, "dataq-pop@transfer") == 0
     assert smtp.messages == []
 
 
 @pytest.mark.usefixtures("restore_logging")
 def test_notify_crash_reports_a_mail_it_could_not_deliver(tmp_path: Path) -> None:
-    config = write_config(tmp_path, free_port())
-    assert main_crashed(["--config", config, "--timeout", "0.3", "dataq-push@transfer"], environ=MONITOR) == 1
+    assert notify_crash("--config", write_config(tmp_path, free_port()), "--timeout", "0.3", "dataq-push@transfer") == 1
 
 
 def test_notify_crash_with_bad_settings_exits_with_the_configuration_status(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[mail]\nenabled = true\n")
-    assert main_crashed(["--config", str(tmp_path / "bad.toml"), "dataq-pop@transfer"], environ=MONITOR) == 3
+    assert notify_crash("--config", str(tmp_path / "bad.toml"), "dataq-pop@transfer") == 3
+
+
+def test_notify_crash_refuses_a_timeout_that_is_not_a_positive_number(tmp_path: Path) -> None:
+    assert notify_crash("--timeout", "-1", "dataq-pop@transfer") == 2

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from dataq.actions import load_actions
 
+from dataq.actions import load_actions
+from dataq.config import Settings
 from dataq.errors import StoreUnavailable
-from dataq.pop import PopDaemon
-from dataq.settings import Settings
+from dataq.pop.daemon import PopDaemon
 from dataq.store import Claim, Flag, QueueList, QueueStore, RecordState, connect
-from tests.helpers import make_records
+from tests.helpers import action_context, make_records, until_subscribed
 from tests.pop_support import (
     FAIL_SOME,
     MARKER,
@@ -135,7 +135,7 @@ async def test_action_off_while_idle_then_a_push_claims_nothing_until_action_is_
 ) -> None:
     settings = settings_for(tmp_path, redis_url, actions=["echo"])
     async with pop_daemon(settings):
-        await asyncio.sleep(0.3)  # the daemon has found the queue empty and waits for a notice
+        await until_subscribed(store, store.keys.work)  # the daemon found the queue empty and waits for a notice
         await store.set_flag(Flag.ACTION, False)
         await store.push_batch(make_records(5), source="t")  # publishes `work`: the daemon wakes and claims
         await asyncio.sleep(1.5)  # longer than the poll interval, so it has tried again too
@@ -275,7 +275,8 @@ async def test_a_lost_reply_neither_strands_nor_repeats_a_record(
     settings = settings_for(tmp_path, redis_url, actions=[MARKER], options={MARKER: {"dir": str(markers)}})
     flaky = LosesOneReply(redis_url, lose)
     try:
-        daemon = PopDaemon(settings, settings.queue(QUEUE), flaky, load_actions(settings.queue(QUEUE), settings))
+        actions = load_actions(action_context(settings.queue(QUEUE), store=flaky))
+        daemon = PopDaemon(settings, settings.queue(QUEUE), flaky, actions)
         stop = asyncio.Event()
         task = asyncio.create_task(daemon.run(stop))
         await wait_for_value(lambda: counter(store, "done"), 12, what="every record done")
@@ -307,7 +308,8 @@ async def test_finished_records_free_their_slots_but_unsettled_results_never_exc
     settings = settings_for(tmp_path, redis_url, actions=["echo"], pop={"concurrency": 2})
     stalled = StalledSettlement(redis_url)
     try:
-        daemon = PopDaemon(settings, settings.queue(QUEUE), stalled, load_actions(settings.queue(QUEUE), settings))
+        actions = load_actions(action_context(settings.queue(QUEUE), store=stalled))
+        daemon = PopDaemon(settings, settings.queue(QUEUE), stalled, actions)
         stop = asyncio.Event()
         task = asyncio.create_task(daemon.run(stop))
         # Two ran and wait for their acknowledgement; their slots ran two more; then claiming stops.

@@ -1,14 +1,12 @@
-"""Parts of the pop daemon on their own: the sweeper and the notice outbox."""
+"""Parts of the pop daemon on their own: the sweeper."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 
-from dataq.notices import OUTBOX_LIMIT, Outbox
-from dataq.settings import EventSettings, PopSettings
+from dataq.config import EventSettings, PopSettings
+from dataq.pop.sweeper import Sweeper
 from dataq.store import QueueList, QueueStore
-from dataq.sweeper import Sweeper
 from tests.helpers import make_records
 from tests.pop_support import RecordingNotifier
 
@@ -27,7 +25,7 @@ async def test_a_sweep_returns_dead_workers_records_next_in_line_and_spares_live
     await claim_as(store, DEAD, 2, ttl=0.05)
     await claim_as(store, ALIVE, 2, ttl=30)
     await asyncio.sleep(0.1)
-    sweeper = Sweeper(store, PopSettings(), EventSettings(), Outbox(RecordingNotifier()))
+    sweeper = Sweeper(store, PopSettings(), EventSettings(), RecordingNotifier())
     swept = await sweeper.sweep()
     assert (swept.reclaimed_workers, swept.returned, swept.deactivated) == (1, 2, 0)
     assert await store.processing(ALIVE) != [] and await store.processing(DEAD) == []
@@ -41,7 +39,7 @@ async def test_the_sweeper_never_takes_back_its_own_workers_records(store: Queue
     await store.push_batch(make_records(2), source="t")
     await claim_as(store, DEAD, 2, ttl=0.05)  # e.g. a Redis outage outlived our heartbeat
     await asyncio.sleep(0.1)
-    own = Sweeper(store, PopSettings(), EventSettings(), Outbox(RecordingNotifier()), own_worker=DEAD)
+    own = Sweeper(store, PopSettings(), EventSettings(), RecordingNotifier(), own_worker=DEAD)
     assert (await own.sweep()).returned == 0
     assert len(await store.processing(DEAD)) == 2
 
@@ -50,17 +48,11 @@ async def test_a_record_in_too_many_crashes_goes_inactive_with_a_notice(store: Q
     (record,) = make_records(1)
     await store.push_batch([record], source="t")
     notifier = RecordingNotifier()
-    outbox = Outbox(notifier)
-    delivery = asyncio.create_task(outbox.deliver())
-    sweeper = Sweeper(store, PopSettings(max_crashes=1), EventSettings(), outbox)
-    try:
-        for crash in range(2):
-            await claim_as(store, f"{DEAD}{crash}", 1, ttl=0.05)
-            await asyncio.sleep(0.1)
-            await sweeper.sweep()
-        assert await outbox.flush(5.0)
-    finally:
-        delivery.cancel()
+    sweeper = Sweeper(store, PopSettings(max_crashes=1), EventSettings(), notifier)
+    for crash in range(2):
+        await claim_as(store, f"{DEAD}{crash}", 1, ttl=0.05)
+        await asyncio.sleep(0.1)
+        await sweeper.sweep()
     state = await store.record_state(record.checksum)
     assert state is not None and (state.where, state.crashes) == ("inactive", 2)
     ((kind, subject, details),) = notifier.notices
@@ -74,35 +66,7 @@ async def test_a_sweep_promotes_due_retries(store: QueueStore) -> None:
     await claim_as(store, ALIVE, 1, ttl=30)
     await store.fail(ALIVE, [(record.checksum, "x")], max_errors=3, retry_delay=0.05)
     await asyncio.sleep(0.1)
-    swept = await Sweeper(store, PopSettings(), EventSettings(), Outbox(RecordingNotifier())).sweep()
+    swept = await Sweeper(store, PopSettings(), EventSettings(), RecordingNotifier()).sweep()
     assert swept.promoted == 1
     state = await store.record_state(record.checksum)
     assert state is not None and state.where == "active"
-
-
-class Flaky:
-    def __init__(self) -> None:
-        self.delivered: list[str] = []
-
-    async def notify(self, kind: str, subject: str, details: Mapping[str, object]) -> None:
-        if subject == "bad":
-            raise OSError("smtp server down")
-        self.delivered.append(subject)
-
-
-async def test_the_outbox_survives_a_failing_notifier_and_bounds_its_backlog() -> None:
-    notifier = Flaky()
-    outbox = Outbox(notifier)
-    for subject in ("bad", "good"):
-        outbox.post("inactive", subject, {})
-    delivery = asyncio.create_task(outbox.deliver())
-    try:
-        assert await outbox.flush(5.0)
-    finally:
-        delivery.cancel()
-    assert notifier.delivered == ["good"]
-    stalled = Outbox(notifier)  # nobody delivers: the backlog fills up, then notices are dropped, not queued
-    for _ in range(OUTBOX_LIMIT + 5):
-        stalled.post("inactive", "x", {})
-    assert stalled.waiting == OUTBOX_LIMIT
-    assert not await stalled.flush(0.05)

@@ -11,21 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from dataq.feed_command import feed_command
-from dataq.feed_sources import read_record_file, scan_tree
-from dataq.feeder import Feeder, FeedError
+from dataq.feed.client import Feeder, FeedError
+from dataq.feed.command import feed_command
+from dataq.feed.sources import read_record_file, scan_tree
 from dataq.protocol import Reply, ReplyKind
 from dataq.record import DEFAULT_RULES, format_line
 from dataq.store import QueueStore
-from tests import push_support
 from tests.helpers import make_records
 from tests.push_support import (
     StartPush,
     active_ids,
 )
-
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon, queue_store = push_support.push_daemon, push_support.queue_store
 
 
 @pytest.mark.parametrize("window", [1, 7, 1000])
@@ -50,7 +46,7 @@ async def test_every_item_gets_its_reply_in_input_order_whatever_the_window(
 
 
 async def test_concurrent_feeders_with_overlapping_records_push_each_id_exactly_once(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(batch_max=100)
     records = make_records(2000)
@@ -60,12 +56,12 @@ async def test_concurrent_feeders_with_overlapping_records_push_each_id_exactly_
     assert sum(result.pushed for result in results) == len(records)
     assert sum(result.ignored for result in results) == sum(len(s) for s in slices) - len(records)
     assert all(result.errors == 0 for result in results)
-    stored = await active_ids(queue_store)
+    stored = await active_ids(store)
     assert len(stored) == len(set(stored)) == len(records)
 
 
 async def test_the_feeder_reconnects_and_resends_what_was_not_answered_when_the_daemon_restarts(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     first = await push_daemon()
     records = make_records(2000)
@@ -86,12 +82,12 @@ async def test_the_feeder_reconnects_and_resends_what_was_not_answered_when_the_
     result = await asyncio.wait_for(feeding, 30)
     assert result.reconnects >= 1 and result.errors == 0
     assert result.pushed + result.ignored == len(records)
-    stored = await active_ids(queue_store)
+    stored = await active_ids(store)
     assert len(stored) == len(set(stored)) == len(records)
 
 
 async def test_the_feeder_gives_up_when_no_daemon_listens_for_longer_than_it_retries() -> None:
-    from dataq.redis_server import free_port
+    from dataq.embedded.redis_server import free_port
 
     with pytest.raises(FeedError, match="cannot reach the push daemon"):
         await Feeder("127.0.0.1", free_port(), retry_for=0.3).feed(make_records(1))

@@ -10,9 +10,8 @@ import socket
 import pytest
 from structlog.testing import capture_logs
 
-from dataq.settings import PopSettings
+from dataq.config import PopSettings
 from dataq.store import Flag, QueueList, QueueStore
-from tests import push_support
 from tests.helpers import make_records
 from tests.push_support import (
     LineClient,
@@ -23,9 +22,6 @@ from tests.push_support import (
     stays_unanswered,
 )
 
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon, queue_store = push_support.push_daemon, push_support.queue_store
-
 NOTICE_DELAY = 0.5
 """Ample time for a pub/sub notice to reach the daemon on loopback."""
 SLOW_POLL = PopSettings(heartbeat_interval=60.0, heartbeat_ttl=120.0)
@@ -33,40 +29,40 @@ SLOW_POLL = PopSettings(heartbeat_interval=60.0, heartbeat_ttl=120.0)
 
 
 async def test_read_off_stops_reading_and_read_on_resumes_at_once_without_losing_a_line(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(pop=SLOW_POLL)
     first, *rest = make_records(2001)
     client = await LineClient.connect(daemon.port)
     await client.send(first)
     assert await client.reply() == reply_for(first)
-    await queue_store.set_flag(Flag.READ, False)
+    await store.set_flag(Flag.READ, False)
     await asyncio.sleep(NOTICE_DELAY)
     await client.send(*rest)
     assert await stays_unanswered(client, 0.5)
-    assert await active_ids(queue_store) == [first.checksum]
-    await queue_store.set_flag(Flag.READ, True)
+    assert await active_ids(store) == [first.checksum]
+    await store.set_flag(Flag.READ, True)
     assert await client.replies(len(rest), timeout=5) == [reply_for(r) for r in rest]
-    assert len(await active_ids(queue_store)) == 2001
+    assert len(await active_ids(store)) == 2001
     await client.close()
 
 
 async def test_a_daemon_started_with_read_off_reads_nothing_until_read_is_on(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
-    await queue_store.set_flag(Flag.READ, False)
+    await store.set_flag(Flag.READ, False)
     daemon = await push_daemon()
     record = make_records(1)[0]
     client = await LineClient.connect(daemon.port)
     await client.send(record)
     assert await stays_unanswered(client, 0.5)
-    await queue_store.set_flag(Flag.READ, True)
+    await store.set_flag(Flag.READ, True)
     assert await client.reply() == reply_for(record)
     await client.close()
 
 
 async def test_a_queue_past_max_queue_size_turns_read_off_and_logs_how_to_re_enable_it(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(max_queue_size=5)
     records = make_records(8)
@@ -78,16 +74,16 @@ async def test_a_queue_past_max_queue_size_turns_read_off_and_logs_how_to_re_ena
         await asyncio.sleep(NOTICE_DELAY)
         await client.send(records[6])
         assert await stays_unanswered(client, 0.5)
-    assert (await queue_store.flags())[Flag.READ] is False
+    assert (await store.flags())[Flag.READ] is False
     full = [entry for entry in logs if "dataq-cli --read on" in entry["event"]]
     assert full and full[0]["log_level"] == "warning" and full[0]["active"] == 6
-    await queue_store.set_flag(Flag.READ, True)  # the operator's way back
+    await store.set_flag(Flag.READ, True)  # the operator's way back
     assert await client.reply() == reply_for(records[6])
     await client.close()
 
 
 async def test_read_comes_back_on_by_itself_once_the_queue_drains_below_resume_below(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(max_queue_size=5, resume_below=3)
     records = make_records(7)
@@ -98,11 +94,11 @@ async def test_read_comes_back_on_by_itself_once_the_queue_drains_below_resume_b
     await asyncio.sleep(NOTICE_DELAY)
     await client.send(records[6])
     assert await stays_unanswered(client, 0.5)
-    await queue_store.delete(QueueList.ACTIVE, records[2].checksum, records[0].checksum)  # 3 left: not below 3
+    await store.delete(QueueList.ACTIVE, records[2].checksum, records[0].checksum)  # 3 left: not below 3
     assert await stays_unanswered(client, 0.5)
-    await queue_store.delete(QueueList.ACTIVE, records[3].checksum, records[3].checksum)  # 2 left
+    await store.delete(QueueList.ACTIVE, records[3].checksum, records[3].checksum)  # 2 left
     assert await client.reply() == reply_for(records[6])
-    assert (await queue_store.flags())[Flag.READ] is True
+    assert (await store.flags())[Flag.READ] is True
     await client.close()
 
 
@@ -142,7 +138,7 @@ async def test_an_idle_connection_is_closed_after_the_idle_timeout_but_a_busy_on
 
 
 async def test_a_feeder_that_never_reads_its_replies_stops_being_read_and_is_then_closed(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(idle_timeout=0.5)
     sock = socket.socket()
@@ -156,7 +152,7 @@ async def test_a_feeder_that_never_reads_its_replies_stops_being_read_and_is_the
     client.writer.write(bad * 8_000)
 
     async def dropped() -> bool:  # seen from the daemon's heartbeat: the client itself never reads
-        workers = await queue_store.workers()
+        workers = await store.workers()
         beat = workers[0].heartbeat if workers else None
         return beat is not None and beat["accepted"] == 1 and beat["connections"] == 0
 
@@ -165,7 +161,7 @@ async def test_a_feeder_that_never_reads_its_replies_stops_being_read_and_is_the
 
 
 async def test_shutdown_stops_accepting_answers_every_line_already_read_then_closes(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
     records = make_records(3000)
@@ -178,14 +174,14 @@ async def test_shutdown_stops_accepting_answers_every_line_already_read_then_clo
         replies.append(line.decode().rstrip("\n"))
     # Every answer is for the next line in order, is stored, and nothing unanswered was stored.
     assert replies == [reply_for(r) for r in records[: len(replies)]]
-    assert sorted(await active_ids(queue_store)) == sorted(r.checksum for r in records[: len(replies)])
+    assert sorted(await active_ids(store)) == sorted(r.checksum for r in records[: len(replies)])
     with pytest.raises(OSError):
         await LineClient.connect(daemon.port)
     await client.close()
 
 
 async def test_the_daemon_heartbeats_as_a_push_worker_and_leaves_the_registry_on_exit(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
     record = make_records(1)[0]
@@ -194,22 +190,22 @@ async def test_the_daemon_heartbeats_as_a_push_worker_and_leaves_the_registry_on
     await client.replies(2)
 
     async def beat_counts() -> bool:
-        workers = await queue_store.workers()
+        workers = await store.workers()
         beat = workers[0].heartbeat if workers else None
         return beat is not None and beat["pushed"] == 1 and beat["errors"] == 1 and beat["connections"] == 1
 
     await eventually(beat_counts)
-    (worker,) = await queue_store.workers()
+    (worker,) = await store.workers()
     assert worker.info["role"] == "push" and worker.info["listen"] == f"127.0.0.1:{daemon.port}"
     await client.close()
     await daemon.shutdown()
-    assert await queue_store.workers() == []
+    assert await store.workers() == []
 
 
 async def test_every_push_is_logged_at_debug_and_every_duplicate_and_error_at_warning_with_the_peer(
     push_daemon: StartPush, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="dataq.group_commit")
+    caplog.set_level(logging.DEBUG, logger="dataq.push.committer")
     daemon = await push_daemon()
     record = make_records(1)[0]
     client = await LineClient.connect(daemon.port)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.errors import InvalidRecord
 from dataq.protocol import clean_message
 from dataq.record import format_line, parse_line
-from dataq.redis_server import EmbeddedRedis
 from tests.helpers import checksum_of, make_records
 from tests.push_support import LOOPBACK, REPLY_TIMEOUT, push_settings, threaded_push
 

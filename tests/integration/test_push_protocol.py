@@ -11,7 +11,6 @@ from dataq.errors import ProtocolError
 from dataq.protocol import LineFramer, OverLong, ReplyKind, format_reply, parse_reply
 from dataq.record import format_line
 from dataq.store import QueueList, QueueStore
-from tests import push_support
 from tests.helpers import checksum_of, make_records
 from tests.push_support import (
     LineClient,
@@ -21,14 +20,11 @@ from tests.push_support import (
     reply_for,
 )
 
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon, queue_store = push_support.push_daemon, push_support.queue_store
-
 GOOD = make_records(1)[0]
 
 
 async def test_the_original_feeder_gets_pushed_then_ignored_with_one_recv_per_connection(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
     line = format_line(GOOD)
@@ -36,11 +32,11 @@ async def test_the_original_feeder_gets_pushed_then_ignored_with_one_recv_per_co
     second = await asyncio.to_thread(original_feeder, daemon.port, line)
     assert first == reply_for(GOOD) + "\n"
     assert second == reply_for(GOOD, "Ignored") + "\n"
-    assert await active_ids(queue_store) == [GOOD.checksum]
+    assert await active_ids(store) == [GOOD.checksum]
 
 
 async def test_a_pipelined_feeder_gets_one_reply_per_line_in_line_order(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(batch_max=7)
     records = make_records(500)
@@ -51,31 +47,31 @@ async def test_a_pipelined_feeder_gets_one_reply_per_line_in_line_order(
     assert replies[250] == "Error: expected 3 fields '<path> <checksum> <size>', got 1"
     assert replies[251:501] == [reply_for(r) for r in records[250:]]
     assert replies[501] == reply_for(records[0], "Ignored")
-    assert sorted(await active_ids(queue_store)) == sorted(r.checksum for r in records)
+    assert sorted(await active_ids(store)) == sorted(r.checksum for r in records)
     await client.close()
 
 
 async def test_a_stored_record_keeps_its_fields_and_the_feeder_address_as_source(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
     client = await LineClient.connect(daemon.port)
     await client.send(GOOD)
     assert await client.reply() == reply_for(GOOD)
     local_host, local_port = client.writer.get_extra_info("sockname")[:2]
-    (stored,) = await queue_store.list_records(QueueList.ACTIVE)
+    (stored,) = await store.list_records(QueueList.ACTIVE)
     assert (stored.path, stored.checksum, stored.size) == (GOOD.path, GOOD.checksum, GOOD.size)
     assert stored.source == f"{local_host}:{local_port}"
     assert stored.pushed_at is not None
     await client.close()
 
 
-async def test_a_json_record_with_spaces_in_its_path_is_pushed(push_daemon: StartPush, queue_store: QueueStore) -> None:
+async def test_a_json_record_with_spaces_in_its_path_is_pushed(push_daemon: StartPush, store: QueueStore) -> None:
     daemon = await push_daemon()
     client = await LineClient.connect(daemon.port)
     await client.send(json.dumps({"path": "/data/night of 8 July/a b.fits", "checksum": checksum_of(1), "size": 5}))
     assert await client.reply() == f"Pushed ID={checksum_of(1)}"
-    (stored,) = await queue_store.list_records(QueueList.ACTIVE)
+    (stored,) = await store.list_records(QueueList.ACTIVE)
     assert stored.path == "/data/night of 8 July/a b.fits"
     await client.close()
 
@@ -101,7 +97,7 @@ BAD_LINES = [
 
 @pytest.mark.parametrize(("line", "problem"), BAD_LINES)
 async def test_a_bad_line_gets_an_error_naming_the_problem_and_the_connection_stays_usable(
-    push_daemon: StartPush, queue_store: QueueStore, line: bytes, problem: str
+    push_daemon: StartPush, store: QueueStore, line: bytes, problem: str
 ) -> None:
     daemon = await push_daemon()
     before, after = make_records(2)
@@ -110,12 +106,12 @@ async def test_a_bad_line_gets_an_error_naming_the_problem_and_the_connection_st
     first, error, last = await client.replies(3)
     assert first == reply_for(before) and last == reply_for(after)
     assert error.startswith("Error: ") and problem in error
-    assert sorted(await active_ids(queue_store)) == sorted([before.checksum, after.checksum])
+    assert sorted(await active_ids(store)) == sorted([before.checksum, after.checksum])
     await client.close()
 
 
 async def test_an_over_long_line_gets_one_error_even_in_pieces_and_the_lines_around_it_are_stored(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon(max_line_bytes=256)
     before, after = make_records(2)
@@ -126,7 +122,7 @@ async def test_an_over_long_line_gets_one_error_even_in_pieces_and_the_lines_aro
     await client.send_raw(b" " + checksum_of(9).encode() + b" 1\n")
     await client.send(after)
     assert await client.replies(3) == [reply_for(before), "Error: line longer than 256 bytes", reply_for(after)]
-    assert sorted(await active_ids(queue_store)) == sorted([before.checksum, after.checksum])
+    assert sorted(await active_ids(store)) == sorted([before.checksum, after.checksum])
     await client.close()
 
 
@@ -150,7 +146,7 @@ async def test_crlf_line_ends_are_accepted(push_daemon: StartPush) -> None:
 
 
 async def test_a_last_line_without_its_newline_is_answered_when_the_feeder_stops_writing(
-    push_daemon: StartPush, queue_store: QueueStore
+    push_daemon: StartPush, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
     client = await LineClient.connect(daemon.port)
@@ -158,7 +154,7 @@ async def test_a_last_line_without_its_newline_is_answered_when_the_feeder_stops
     client.writer.write_eof()
     assert await client.reply() == reply_for(GOOD)
     assert await client.closed_by_peer()
-    assert await active_ids(queue_store) == [GOOD.checksum]
+    assert await active_ids(store) == [GOOD.checksum]
     await client.close()
 
 

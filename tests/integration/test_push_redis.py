@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 from structlog.testing import capture_logs
 
-from dataq import group_commit
-from dataq.feeder import Feeder
+from dataq.feed.client import Feeder
 from dataq.protocol import ReplyKind
+from dataq.push import committer
 from dataq.store import QueueStore
-from tests import push_support
 from tests.conftest import MakeRedis
 from tests.helpers import make_records
 from tests.push_support import (
@@ -23,9 +22,6 @@ from tests.push_support import (
     reply_for,
     stays_unanswered,
 )
-
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon = push_support.push_daemon
 
 
 async def test_while_redis_is_down_lines_wait_unanswered_on_an_open_connection_until_it_is_back(
@@ -103,8 +99,8 @@ async def test_a_daemon_started_while_redis_is_down_serves_once_redis_is_up(
 async def test_a_backlog_past_its_limit_stops_reading_every_socket_until_it_drains(
     push_daemon: StartPush, make_redis: MakeRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(group_commit, "BACKLOG_LIMIT", 10)
-    monkeypatch.setattr(group_commit, "BACKLOG_RESUME", 5)
+    monkeypatch.setattr(committer, "BACKLOG_LIMIT", 10)
+    monkeypatch.setattr(committer, "BACKLOG_RESUME", 5)
     server = make_redis()
     daemon = await push_daemon(url=server.url)
     records = make_records(50)

@@ -6,9 +6,8 @@ import ssl
 
 import pytest
 
-from dataq.feeder import Feeder, FeedError, client_tls_context
+from dataq.feed.client import Feeder, FeedError, client_tls_context
 from dataq.store import QueueStore
-from tests import push_support
 from tests.helpers import make_records
 from tests.push_support import (
     Certs,
@@ -17,9 +16,6 @@ from tests.push_support import (
     active_ids,
     reply_for,
 )
-
-# The shared fixtures, by assignment: pytest finds them here, and no import is shadowed by a test's argument.
-push_daemon, queue_store, certs = push_support.push_daemon, push_support.queue_store, push_support.certs
 
 RECORD = make_records(1)[0]
 
@@ -41,13 +37,13 @@ async def refused(port: int, tls: ssl.SSLContext | None) -> bool:
 
 
 async def test_a_feeder_pushes_over_tls_and_a_plain_tcp_client_is_not_answered(
-    push_daemon: StartPush, certs: Certs, queue_store: QueueStore
+    push_daemon: StartPush, certs: Certs, store: QueueStore
 ) -> None:
     daemon = await push_daemon(tls_cert=certs.server_cert, tls_key=certs.server_key)
     result = await Feeder("127.0.0.1", daemon.port, tls=client_tls_context(certs.ca)).feed(make_records(50))
     assert result.pushed == 50 and result.errors == 0
     assert await refused(daemon.port, None)
-    assert len(await active_ids(queue_store)) == 50
+    assert len(await active_ids(store)) == 50
 
 
 async def test_a_client_that_does_not_trust_the_server_certificate_does_not_connect(
@@ -71,7 +67,7 @@ async def test_mutual_tls_serves_a_client_with_a_certificate_of_the_configured_c
 
 @pytest.mark.parametrize("credentials", ["none", "other-ca"])
 async def test_mutual_tls_rejects_a_client_without_a_valid_certificate(
-    push_daemon: StartPush, certs: Certs, queue_store: QueueStore, credentials: str
+    push_daemon: StartPush, certs: Certs, store: QueueStore, credentials: str
 ) -> None:
     daemon = await push_daemon(tls_cert=certs.server_cert, tls_key=certs.server_key, tls_ca=certs.ca)
     if credentials == "none":
@@ -79,7 +75,7 @@ async def test_mutual_tls_rejects_a_client_without_a_valid_certificate(
     else:
         tls = client_tls_context(certs.ca, certs.rogue_cert, certs.rogue_key)
     assert await refused(daemon.port, tls)
-    assert await active_ids(queue_store) == []
+    assert await active_ids(store) == []
 
 
 async def test_a_feeder_whose_certificate_the_daemon_refuses_gives_up_after_its_retry_time(

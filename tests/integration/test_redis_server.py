@@ -19,9 +19,9 @@ import pytest
 import redis
 
 import dataq
-from dataq import redis_server
+from dataq.embedded import redis_server
+from dataq.embedded.redis_server import LOCK_FILE, EmbeddedRedis, find_running, free_port
 from dataq.errors import EmbeddedRedisError
-from dataq.redis_server import LOCK_FILE, EmbeddedRedis, find_running, free_port
 from tests.conftest import MakeRedis
 
 REPO_ROOT = Path(dataq.__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ CHILD_STOP_TIMEOUT = 15.0
 # Owns an embedded server from another process; SIGTERM makes it leave the `with`, stopping the server.
 OWNER_PROCESS = """
 import signal, sys, time
-from dataq.redis_server import EmbeddedRedis
+from dataq.embedded.redis_server import EmbeddedRedis
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 with EmbeddedRedis(sys.argv[1], port=0) as server:
     print(server.url, server.pid, flush=True)
@@ -283,7 +283,7 @@ def test_stop_kills_a_server_that_ignores_sigterm(make_redis: MakeRedis, caplog:
     server = make_redis()
     assert server.pid is not None
     os.kill(server.pid, signal.SIGSTOP)
-    with caplog.at_level(logging.WARNING, logger="dataq.redis_server"):
+    with caplog.at_level(logging.WARNING, logger="dataq.embedded.redis_server"):
         server.stop(timeout=0.5)
     assert not server.is_running()
     assert lock_is_free(server.data_dir)

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from dataq.config import QueueSettings
 from dataq.errors import StoreUnavailable
-from dataq.notices import LogNotifier, Outbox
-from dataq.settings import QueueSettings
-from dataq.settle import Settler
+from dataq.ops.notices import LogNotifier
+from dataq.pop.settler import Settler
 from dataq.store import FailOutcome, QueueList, QueueStore, connect
 from tests.helpers import make_records
 from tests.pop_support import wait_until
@@ -48,7 +48,7 @@ async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_
     await flaky.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
     assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
     freed: list[str] = []
-    settler = Settler(flaky, WORKER, QueueSettings("transfer", max_errors=5), Outbox(LogNotifier()), freed.extend)
+    settler = Settler(flaky, WORKER, QueueSettings("transfer", max_errors=5), LogNotifier(), freed.extend)
     task = asyncio.create_task(settler.run())
     try:
         settler.failed(record, "boom")

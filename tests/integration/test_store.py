@@ -10,7 +10,7 @@ import pytest
 from dataq.errors import InvalidRecord, RangeError, StoreUnavailable
 from dataq.record import Record
 from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore
-from tests.helpers import make_records
+from tests.helpers import make_records, until_subscribed
 
 WORKER = "host-1:100:a"
 INFO = {"role": "pop", "host": "host-1", "pid": 100}
@@ -489,7 +489,7 @@ async def test_flag_changes_are_published_at_once(store: QueueStore) -> None:
                 return
 
     listener = asyncio.create_task(listen())
-    await asyncio.sleep(0.1)
+    await until_subscribed(store, store.keys.notices)
     assert await store.set_flag(Flag.READ, False) is True
     await asyncio.wait_for(listener, 2)
     assert received[-1] == "flag:read:off"
@@ -509,7 +509,8 @@ async def test_a_push_that_queues_records_tells_idle_workers_and_one_of_duplicat
                 return
 
     listeners = [asyncio.create_task(listen(everything, True)), asyncio.create_task(listen(flags_only, False))]
-    await asyncio.sleep(0.1)
+    await until_subscribed(store, store.keys.notices, 2)
+    await until_subscribed(store, store.keys.work, 1)
     records = make_records(2)
     await store.push_batch(records, source="t")
     await store.push_batch(records, source="t")  # duplicates only: nothing new to claim
@@ -532,22 +533,13 @@ async def test_activating_records_tells_idle_workers(store: QueueStore) -> None:
     await store.push_batch([a, b, c], source="t")
     await store.deactivate(c.checksum, a.checksum)  # as they stand in the list: newest on the left
     listener = asyncio.create_task(listen())
-    await asyncio.sleep(0.1)
+    await until_subscribed(store, store.keys.work)
     await store.activate(a.checksum, a.checksum)
     await store.activate_all()
     await store.activate_all()  # nothing left to activate: no notice
     await store.set_flag(Flag.READ, False)
     await asyncio.wait_for(listener, 2)
     assert received == ["work", "work", "flag:read:off"]
-
-
-async def test_a_lease_has_one_holder_at_a_time(store: QueueStore) -> None:
-    assert await store.acquire_lease("catalog", "me", ttl=5)
-    assert not await store.acquire_lease("catalog", "you", ttl=5)
-    assert await store.acquire_lease("catalog", "me", ttl=5)
-    assert not await store.release_lease("catalog", "you")
-    assert await store.release_lease("catalog", "me")
-    assert await store.acquire_lease("catalog", "you", ttl=5)
 
 
 async def test_server_info_reports_version_and_persistence(store: QueueStore) -> None:
@@ -559,7 +551,7 @@ async def test_server_info_reports_version_and_persistence(store: QueueStore) ->
 
 
 async def test_an_unreachable_redis_is_one_clear_error() -> None:
-    from dataq.redis_server import free_port
+    from dataq.embedded.redis_server import free_port
 
     store = QueueStore.from_url(f"redis://127.0.0.1:{free_port()}", "transfer", socket_timeout=0.5)
     try:

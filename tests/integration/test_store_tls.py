@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dataq.embedded.redis_server import free_port
 from dataq.errors import StoreError
-from dataq.redis_server import free_port
 from dataq.store import QueueStore
 from tests.conftest import MakeRedis
 from tests.helpers import make_records

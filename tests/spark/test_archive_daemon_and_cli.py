@@ -13,13 +13,12 @@ from click.testing import CliRunner
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dataq[spark]')")
 pytest.importorskip("astropy", reason="astropy is not installed (pip install 'dataq[spark]')")
 
-from dataq.actions import catalog
+from dataq.actions.archive import catalog
 from dataq.cli.archive import archive as archive_cli
-
 from dataq.record import Record
 from dataq.store import QueueStore
+from tests.archive_support import TEST_MASTER, Archive, md5, write_fits, write_plain
 from tests.pop_support import QUEUE, load, pop_daemon, wait_until
-from tests.spark.conftest import TEST_MASTER, Archive, md5, write_fits, write_plain
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 

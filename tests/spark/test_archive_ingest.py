@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +14,12 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dataq[spark]')")
 pytest.importorskip("astropy", reason="astropy is not installed (pip install 'dataq[spark]')")
 
-from dataq.actions import catalog
-from dataq.actions.archive_ingest import LEASE_NAME
-
+from dataq.actions.archive import catalog
+from dataq.actions.archive.ingest import LEASE_NAME
 from dataq.errors import ActionError
 from dataq.record import Record
 from dataq.store import QueueStore
-from tests.pop_support import QUEUE
-from tests.spark.conftest import (
+from tests.archive_support import (
     Archive,
     archived_copy,
     leftovers,
@@ -27,6 +27,7 @@ from tests.spark.conftest import (
     write_fits,
     write_plain,
 )
+from tests.pop_support import QUEUE
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -213,38 +214,49 @@ async def test_two_concurrent_ingesters_of_the_same_files_write_each_checksum_on
     assert leftovers(archive.root) == []
 
 
+@contextlib.asynccontextmanager
+async def lease_held_elsewhere(redis_url: str) -> AsyncIterator[asyncio.Event]:
+    """Another writer (another pop daemon) holds the queue's catalog lease until the event is set."""
+    other = QueueStore.from_url(redis_url, QUEUE)
+    let_go, holding = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with other.lease(LEASE_NAME, ttl=30, wait=5):
+            holding.set()
+            await let_go.wait()
+
+    holder = asyncio.create_task(hold())
+    try:
+        await holding.wait()
+        yield let_go
+    finally:
+        let_go.set()
+        await holder
+        await other.close()
+
+
 async def test_the_append_waits_while_another_writer_holds_the_catalog_lease(
         spark: Any, archive: Archive, redis_url: str) -> None:
     record = write_plain(archive.tmp / "src" / "f.dat", os.urandom(1024))
-    other = QueueStore.from_url(redis_url, QUEUE)
-    try:
-        assert await other.acquire_lease(LEASE_NAME, "another-writer", 30.0)
-        async with archive.action(batch_size=1) as action:
-            run = asyncio.create_task(action.run(record))
-            done, _ = await asyncio.wait({run}, timeout=3.0)
-            assert not done, "the ingest appended while another writer held the lease"
-            assert archived_copy(archive.root, record.checksum).exists()  # copying needs no lease
-            assert rows(spark, archive) == []
-            assert await other.release_lease(LEASE_NAME, "another-writer")
-            await asyncio.wait_for(run, 30.0)
-        assert [row["checksum"] for row in rows(spark, archive)] == [record.checksum]
-    finally:
-        await other.close()
+    async with lease_held_elsewhere(redis_url) as let_go, archive.action(batch_size=1) as action:
+        run = asyncio.create_task(action.run(record))
+        done, _ = await asyncio.wait({run}, timeout=3.0)
+        assert not done, "the ingest appended while another writer held the lease"
+        assert archived_copy(archive.root, record.checksum).exists()  # copying needs no lease
+        assert rows(spark, archive) == []
+        let_go.set()
+        await asyncio.wait_for(run, 30.0)
+    assert [row["checksum"] for row in rows(spark, archive)] == [record.checksum]
 
 
 async def test_a_writer_that_never_gets_the_lease_fails_its_records_after_the_timeout(
         spark: Any, archive: Archive, redis_url: str) -> None:
     record = write_plain(archive.tmp / "src" / "f.dat", os.urandom(1024))
-    other = QueueStore.from_url(redis_url, QUEUE)
-    try:
-        assert await other.acquire_lease(LEASE_NAME, "stuck-writer", 60.0)
-        async with archive.action(batch_size=1, timeout=2.0) as action:
-            with pytest.raises(ActionError, match="catalog append failed: the archive catalog lease stayed with "
-                                                  "another writer for 2s"):
-                await action.run(record)
-        assert rows(spark, archive) == []
-    finally:
-        await other.close()
+    async with lease_held_elsewhere(redis_url), archive.action(batch_size=1, timeout=2.0) as action:
+        with pytest.raises(ActionError, match=r"catalog append failed: the lease 'archive-catalog' stayed with "
+                                              r"another holder for 2 s"):
+            await action.run(record)
+    assert rows(spark, archive) == []
 
 
 async def test_records_gathered_by_age_form_one_batch_and_one_spark_job(spark: Any, archive: Archive) -> None:

@@ -12,11 +12,10 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dataq[spark]')")
 pytest.importorskip("astropy", reason="astropy is not installed (pip install 'dataq[spark]')")
 
-from dataq.actions import catalog
-
+from dataq.actions.archive import catalog
 from dataq.errors import ActionError
 from dataq.record import Record
-from tests.spark.conftest import (
+from tests.archive_support import (
     Archive,
     StandaloneCluster,
     archived_copy,

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dataq.actions import Action, NoOptions, load_actions
 from dataq.actions import registry as registry_module
 from dataq.actions.registry import resolve
-from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepAction
-
+from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepAction, marks
+from dataq.config import QueueSettings, Settings
 from dataq.errors import ActionError, ConfigError
-from dataq.settings import QueueSettings, Settings
-from tests.helpers import make_records
-from tests.pop_support import MarkerAction, MarkerOptions
+from dataq.record import Record
+from tests.helpers import action_context, make_records
+from tests.pop_support import FailSomeAction, FailSomeOptions
 
 SOURCE = "/etc/dataq/dataq.toml"
 
@@ -31,7 +34,7 @@ def build(
     actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None = None, **queue: Any
 ) -> list[Action[Any]]:
     settings = settings_with(actions, options, **queue)
-    return load_actions(settings.queue("transfer"), settings)
+    return load_actions(action_context(settings.queue("transfer")), settings.source)
 
 
 def config_error(actions: tuple[str, ...], options: dict[str, dict[str, Any]] | None = None) -> str:
@@ -48,14 +51,13 @@ def test_builtin_actions_are_built_in_order_with_their_options() -> None:
     assert fail.options.message == "no disk"
 
 
-def test_the_installed_entry_points_name_the_shipped_test_actions() -> None:
-    points = {ep.name: ep.value for ep in registry_module.entry_points(group="dataq.actions")}
-    assert {name: points[name] for name in ("echo", "fail", "sleep")} == {
-        "echo": "dataq.actions.testing:EchoAction",
-        "fail": "dataq.actions.testing:FailAction",
-        "sleep": "dataq.actions.testing:SleepAction",
-    }
+def test_dataqs_own_actions_are_found_by_name_without_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [])
     assert resolve("sleep").cls is SleepAction
+    assert resolve("disk_store").cls.__name__ == "DiskStoreAction"
+    assert resolve("archive_ingest").cls.__name__ == "ArchiveIngestAction"  # importing it needs no pyspark
+    points = {ep.name for ep in importlib.metadata.entry_points(group="dataq.actions")}
+    assert not points & set(registry_module.BUILTIN), "the entry-point group is for a site's actions only"
 
 
 def test_an_inline_argument_sets_the_option_the_action_names() -> None:
@@ -66,10 +68,10 @@ def test_an_inline_argument_sets_the_option_the_action_names() -> None:
 
 
 def test_an_action_is_found_by_import_path_with_its_options_table() -> None:
-    (marker,) = build(("tests.pop_support:MarkerAction",),
-                      {"tests.pop_support:MarkerAction": {"dir": "/tmp/m", "seconds": 1}})
-    assert isinstance(marker, MarkerAction)
-    assert marker.options == MarkerOptions(dir="/tmp/m", seconds=1.0)
+    (imported,) = build(("tests.pop_support:FailSomeAction",),
+                        {"tests.pop_support:FailSomeAction": {"dir": "/tmp/m", "ids": ["a"]}})
+    assert isinstance(imported, FailSomeAction)
+    assert imported.options == FailSomeOptions(dir="/tmp/m", ids=("a",))
 
 
 def test_the_timeout_is_the_actions_own_option_else_the_queues() -> None:
@@ -90,7 +92,8 @@ def test_the_timeout_is_the_actions_own_option_else_the_queues() -> None:
         (("sleep",), {"sleep": {"seconds": "2"}}, "key 'queues.transfer.sleep.seconds' must be a number"),
         (("sleep",), {"sleep": {"seconds": -1}}, "queues.transfer.sleep: seconds must be a finite number >= 0"),
         (("echo",), {"echo": {"x": 1}}, "unknown key 'queues.transfer.echo.x'"),
-        (("tests.pop_support:MarkerAction",), None, "missing key 'queues.transfer.tests.pop_support:MarkerAction.dir'"),
+        (("tests.pop_support:FailSomeAction",), None,
+         "missing key 'queues.transfer.tests.pop_support:FailSomeAction.dir'"),
         (("no_such_module_x:Thing",), None, "unknown action 'no_such_module_x:Thing': no action named"),
         (("tests.pop_support:Nothing",), None, "module 'tests.pop_support' has no 'Nothing'"),
         (("tests.helpers:make_records",), None, "tests.helpers:make_records is not a subclass of dataq.actions.Action"),
@@ -111,7 +114,7 @@ def test_the_unknown_action_error_lists_the_actions_a_site_can_use() -> None:
 
 def test_an_options_table_that_no_entry_uses_is_an_error() -> None:
     # 'tests.pop_support' is a prefix of the entry, which the settings accept; no action takes it, though.
-    message = config_error(("tests.pop_support:MarkerAction:x",), {"tests.pop_support": {}})
+    message = config_error(("tests.pop_support:FailSomeAction:x",), {"tests.pop_support": {}})
     assert "queues.transfer.tests.pop_support: options for 'tests.pop_support', which names no action here" in message
 
 
@@ -163,3 +166,20 @@ async def test_the_shipped_test_actions_do_what_they_say() -> None:
     for action in (echo, noop, sleep, fail):
         await action.close()
     assert NoopAction.name == "noop"
+
+
+async def test_mark_leaves_a_file_per_run_that_marks_reads_back_in_run_order(tmp_path: Path) -> None:
+    (mark,) = build(("mark",), {"mark": {"dir": str(tmp_path)}})
+    await mark.start()
+    first, second = make_records(2)
+    odd = Record(path="/data/x", checksum="a/b c", size=1)  # a checksum pattern may allow such an id
+    for record in (first, second, first, odd):
+        await mark.run(record)
+    assert marks(tmp_path) == [first.id, second.id, first.id, "a/b c"]
+
+
+def test_mark_wants_an_existing_absolute_directory(tmp_path: Path) -> None:
+    assert "dir must be an absolute path" in config_error(("mark",), {"mark": {"dir": "relative"}})
+    (mark,) = build(("mark",), {"mark": {"dir": str(tmp_path / "missing")}})
+    with pytest.raises(ActionError, match="is not a directory"):
+        asyncio.run(mark.start())

@@ -6,15 +6,15 @@ import asyncio
 from typing import Any
 
 import pytest
-from dataq.actions import Action, NoOptions
 from structlog.testing import capture_logs
 
-from dataq.deadlines import Deadlines
+from dataq.actions import Action, NoOptions
+from dataq.config import QueueSettings
 from dataq.errors import ActionError
+from dataq.pop.deadlines import Deadlines
+from dataq.pop.worker import run_actions
 from dataq.record import Record
-from dataq.settings import QueueSettings, Settings
-from dataq.worker import run_actions
-from tests.helpers import make_records
+from tests.helpers import action_context, make_records
 
 RECORD = make_records(1)[0]
 
@@ -27,8 +27,7 @@ class Scripted(Action[NoOptions]):
     """Does what the test says: record its call, then return a value, raise, or hang."""
 
     def __init__(self, name: str, behaviour: Any = None, calls: list[str] | None = None, timeout: float = 5.0) -> None:
-        queue = QueueSettings("transfer", action_timeout=timeout)
-        super().__init__(NoOptions(), queue=queue, settings=Settings(queues={"transfer": queue}))
+        super().__init__(NoOptions(), action_context(QueueSettings("transfer", action_timeout=timeout)))
         self.label, self.behaviour, self.calls = name, behaviour, calls if calls is not None else []
 
     @property

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import pytest
 
-from dataq import deadlines as deadlines_module
-from dataq.deadlines import Deadlines
+from dataq.pop import deadlines as deadlines_module
+from dataq.pop.deadlines import Deadlines
+
+FOREVER = 3600.0
+"""Work that never ends by itself within a test: only a limit (or a cancellation) ends it."""
 
 
-async def guarded(deadlines: Deadlines, limit: float, work: float) -> str:
+async def guarded(deadlines: Deadlines, limit: float, work: float, entered: asyncio.Event | None = None) -> str:
     """Sleep ``work`` seconds within a limit of ``limit`` seconds; say how it ended."""
     with deadlines.limit(limit) as armed:
+        if entered is not None:
+            entered.set()
         try:
             await asyncio.sleep(work)
         except asyncio.CancelledError:
@@ -27,24 +31,33 @@ async def guarded(deadlines: Deadlines, limit: float, work: float) -> str:
 
 async def test_only_the_actions_past_their_limit_are_cancelled() -> None:
     deadlines = Deadlines()
-    outcomes = await asyncio.gather(*(guarded(deadlines, 0.2, work) for work in (0.01, 0.1, 5, 5)))
+    outcomes = await asyncio.gather(*(guarded(deadlines, 0.5, work) for work in (0, 0, FOREVER, FOREVER)))
     assert outcomes == ["finished", "finished", "timed out", "timed out"]
 
 
-async def test_a_short_limit_armed_after_a_long_one_fires_on_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(deadlines_module, "MAX_NAP", 10.0)
+async def test_a_limit_fires_after_its_deadline_even_when_the_watcher_meant_to_sleep_for_an_hour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(deadlines_module, "MAX_NAP", FOREVER)
     deadlines = Deadlines()
-    long_one = asyncio.create_task(guarded(deadlines, 30, 1.5))
-    await asyncio.sleep(0.05)  # the watcher now sleeps towards the long limit, or 10 s
-    started = time.monotonic()
-    assert await guarded(deadlines, 0.1, 5) == "timed out"
-    assert 0.1 <= time.monotonic() - started < 1.0  # woken for it, not at its next look
-    assert await long_one == "finished"
+    watching = asyncio.Event()
+    long_one = asyncio.create_task(guarded(deadlines, FOREVER, FOREVER, watching))
+    await watching.wait()
+    await asyncio.sleep(0)  # the watcher now sleeps towards the long limit: an hour
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # Were the watcher not woken for the short limit, this would wait an hour (and the test time out).
+    assert await guarded(deadlines, 0.05, FOREVER) == "timed out"
+    assert loop.time() - started >= 0.05  # not before its deadline
+    assert not long_one.done()
+    long_one.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await long_one
 
 
 async def test_a_shutdown_cancellation_goes_through_even_when_the_limit_has_also_passed() -> None:
     deadlines = Deadlines()
-    task = asyncio.create_task(guarded(deadlines, 0.05, 5))
+    task = asyncio.create_task(guarded(deadlines, 0.05, FOREVER))
 
     async def shut_down_as_the_limit_fires() -> None:
         # Cancel right after the watcher does, before the task has run again: both cancellations are pending.
@@ -63,8 +76,9 @@ async def test_a_shutdown_cancellation_goes_through_even_when_the_limit_has_also
 
 async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_timeout() -> None:
     deadlines = Deadlines()
-    task = asyncio.create_task(guarded(deadlines, 10, 5))
-    await asyncio.sleep(0.01)
+    entered = asyncio.Event()
+    task = asyncio.create_task(guarded(deadlines, FOREVER, FOREVER, entered))
+    await entered.wait()
     task.cancel()
     try:
         await task
@@ -79,7 +93,7 @@ async def test_an_action_that_swallows_the_cancellation_leaves_its_task_uncancel
 
     async def stubborn() -> int:
         with deadlines.limit(0.02), contextlib.suppress(asyncio.CancelledError):  # a badly behaved action
-            await asyncio.sleep(5)
+            await asyncio.sleep(FOREVER)
         task = asyncio.current_task()
         assert task is not None
         return task.cancelling()
@@ -87,12 +101,39 @@ async def test_an_action_that_swallows_the_cancellation_leaves_its_task_uncancel
     assert await stubborn() == 0
 
 
+async def test_an_action_running_on_past_its_limit_is_overdue() -> None:
+    deadlines = Deadlines()
+    stuck = asyncio.Event()
+    release = asyncio.Event()
+
+    async def ignores_cancellation() -> None:
+        with deadlines.limit(0.01):
+            stuck.set()
+            while not release.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await release.wait()
+
+    task = asyncio.create_task(ignores_cancellation())
+    await stuck.wait()
+    assert not deadlines.overdue(grace=0.05)
+    while not deadlines.overdue(grace=0.05):  # its limit passes, the watcher cancels it, and it runs on
+        await asyncio.sleep(0.01)
+    release.set()
+    await task
+    assert not deadlines.overdue(grace=0.0)
+
+
+def watcher() -> asyncio.Task[object] | None:
+    return next((t for t in asyncio.all_tasks() if t.get_name() == "action time limits"), None)
+
+
 async def test_the_watcher_runs_only_while_limits_are_armed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(deadlines_module, "MAX_NAP", 0.05)
     deadlines = Deadlines()
-    watchers = lambda: [t for t in asyncio.all_tasks() if t.get_name() == "action time limits"]  # noqa: E731
-    assert watchers() == []
-    assert await guarded(deadlines, 0.05, 0.01) == "finished"
-    await asyncio.sleep(0.5)  # well past its longest nap: it looks, finds nothing armed, and ends
-    assert watchers() == []
-    assert await guarded(deadlines, 0.05, 1) == "timed out"  # and a new limit starts it again
+    assert watcher() is None
+    assert await guarded(deadlines, 0.05, 0) == "finished"
+    running = watcher()
+    assert running is not None
+    await asyncio.wait_for(running, 5)  # at its next look it finds nothing armed, and ends by itself
+    assert watcher() is None
+    assert await guarded(deadlines, 0.05, FOREVER) == "timed out"  # and a new limit starts it again

@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from dataq.errors import ConfigError
-from dataq.logs import HANDLER_NAME_PREFIX, configure_logging, default_log_dir, get_logger
+from dataq.logs import HANDLER_NAME_PREFIX, configure_logging, get_logger
 
 
 class TtyStream(io.StringIO):
@@ -163,17 +163,3 @@ def test_invalid_settings_are_refused(kwargs: dict[str, str], message: str) -> N
     with pytest.raises(ConfigError, match=message):
         configure_logging(**{"component": "push", **kwargs})
     assert our_handlers() == []
-
-
-def test_default_log_dir_prefers_a_writable_system_dir(tmp_path: Path) -> None:
-    system = tmp_path / "var" / "log" / "dataq"
-    assert default_log_dir(tmp_path / "data", system_dir=system) == system
-    assert system.is_dir()
-
-
-def test_default_log_dir_falls_back_to_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")
-    assert default_log_dir(tmp_path / "data", system_dir=blocker / "dataq") == tmp_path / "data" / "log"
-    monkeypatch.chdir(tmp_path)
-    assert default_log_dir("data", system_dir=blocker / "dataq") == tmp_path / "data" / "log"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dataq.config import MailSettings, MetricsSettings, Settings, load_settings
 from dataq.errors import ConfigError
-from dataq.settings import MailSettings, MetricsSettings, Settings, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "dataq.toml"
 ENV = {"HOME": "/home/op"}

@@ -4,38 +4,25 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from dataq.config import MailSettings
 from dataq.errors import ConfigError
-from dataq.notices import KIND_INACTIVE
-from dataq.notify import (
+from dataq.ops.crash import notice_from_environment, queue_of_unit
+from dataq.ops.mail import read_password
+from dataq.ops.notices import (
+    KIND_INACTIVE,
     KIND_REDIS_BACK,
     KIND_REDIS_DOWN,
     KIND_SYSTEMIC,
-    FailureWatch,
-    RedisDownWatch,
     activate_command,
     inactive_notice,
-    queue_of_unit,
-    read_password,
     render_text,
 )
-from dataq.notify.crash import notice_from_environment
-from dataq.settings import MailSettings
-
-
-class Recorder:
-    """A notifier that keeps what it is told."""
-
-    def __init__(self) -> None:
-        self.notices: list[tuple[str, str, Mapping[str, object]]] = []
-
-    async def notify(self, kind: str, subject: str, details: Mapping[str, object]) -> None:
-        self.notices.append((kind, subject, details))
-
+from dataq.ops.watches import FailureWatch, RedisDownWatch
+from tests.pop_support import RecordingNotifier as Recorder
 
 # --- builders -------------------------------------------------------------------------------------------------
 
@@ -138,11 +125,11 @@ def test_many_distinct_errors_are_counted_without_growing_without_bound() -> Non
     assert "981 x (other errors)" in by_message
 
 
-async def test_failed_hands_the_systemic_notice_to_the_notifier() -> None:
+def test_failed_hands_the_systemic_notice_to_the_notifier() -> None:
     recorder = Recorder()
     watch = FailureWatch.from_settings(recorder, "transfer", MailSettings(systemic_failures=3))
     for n in range(10):
-        await watch.failed(f"id{n}", "no route to host")
+        watch.failed(f"id{n}", "no route to host")
     assert [kind for kind, _, _ in recorder.notices] == [KIND_SYSTEMIC]
 
 
@@ -170,12 +157,12 @@ def test_redis_down_longer_than_the_threshold_gives_one_notice_then_one_on_retur
     assert watch.on_available(now=301) is None
 
 
-async def test_redis_watch_notifies_through_the_notifier() -> None:
+def test_redis_watch_notifies_through_the_notifier() -> None:
     recorder = Recorder()
     watch = RedisDownWatch(recorder, None, threshold=0)
-    await watch.unavailable("refused")
-    await watch.unavailable("refused")
-    await watch.available()
+    watch.unavailable("refused")
+    watch.unavailable("refused")
+    watch.available()
     assert [kind for kind, _, _ in recorder.notices] == [KIND_REDIS_DOWN, KIND_REDIS_BACK]
 
 

@@ -32,4 +32,4 @@ def test_every_package_directory_is_declared_in_setup_cfg() -> None:
 def test_lua_scripts_are_shipped_as_package_data() -> None:
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
-    assert "lua/*.lua" in parser["options.package_data"]["dataq"]
+    assert "lua/*.lua" in parser["options.package_data"]["dataq.store"]

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataq.errors import ConfigError
-from dataq.record import DEFAULT_CHECKSUM_PATTERN
-from dataq.settings import (
+from dataq.config import (
     DEFAULT_QUEUE,
     ENV_OVERRIDES,
     EventSettings,
@@ -24,6 +22,8 @@ from dataq.settings import (
     default_data_dir,
     load_settings,
 )
+from dataq.errors import ConfigError
+from dataq.record import DEFAULT_CHECKSUM_PATTERN
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "dataq.toml"
 ENV = {"HOME": "/home/op"}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dataq.config import QueueSettings, load_settings
+from dataq.config.loader import load_options
 from dataq.errors import ConfigError
-from dataq.settings import QueueSettings, load_settings
-from dataq.settings_base import load_options
 
 
 def load_queue(tmp_path: Path, text: str) -> QueueSettings:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dataq.settings import PopSettings, load_settings
+from dataq.config import PopSettings, load_settings
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "dataq.toml"

@@ -1,0 +1,90 @@
+"""The sections of the settings an operator's tools read: e-mail notices (``[mail]``) and the Prometheus
+endpoint (``[metrics]``). :mod:`dataq.config.schema` gathers them into :class:`~dataq.config.schema.Settings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataq.config.loader import Invalid, Section, setting
+
+MAX_PORT = 65535
+"""The highest TCP port."""
+MAIL_SECURITY_CHOICES = ("none", "starttls", "tls")
+
+
+@dataclass(frozen=True, slots=True)
+class MailSettings(Section):
+    """E-mail notices to operators (:mod:`dataq.ops.mail`): where to send them and how often."""
+
+    enabled: bool = False
+    """Send notices by mail (they are logged either way)."""
+    host: str = "127.0.0.1"
+    """SMTP server (a local relay by default)."""
+    port: int = setting(25, ge=1, le=MAX_PORT)
+    """SMTP port: 25 or 587 (``starttls``), 465 (``tls``)."""
+    security: str = setting("none", choices=MAIL_SECURITY_CHOICES)
+    """``none`` (plain SMTP), ``starttls`` (upgrade after connecting) or ``tls`` (TLS from the first byte)."""
+    username: str | None = None
+    """Log in as this user (needs ``password_file`` or ``password_env``); None: no login."""
+    password_file: str | None = None
+    """File holding the password: an absolute path, or a credential name in ``$CREDENTIALS_DIRECTORY``."""
+    password_env: str | None = None
+    """Name of the environment variable holding the password (never the password itself)."""
+    sender: str = "dataq@localhost"
+    """The ``From`` address."""
+    recipients: tuple[str, ...] = ()
+    """The ``To`` addresses; required when ``enabled``."""
+    interval: float = setting(900.0, gt=0)
+    """Seconds between two mails of one kind; notices meanwhile are folded into one digest."""
+    examples: int = setting(5, ge=1)
+    """Notices quoted in full in a digest (and sample errors in a systemic-failure notice)."""
+    systemic_failures: int = setting(100, ge=1)
+    """More action failures than this within ``systemic_window`` is a systemic failure."""
+    systemic_window: float = setting(600.0, gt=0)
+    """Seconds over which failures are counted for ``systemic_failures``."""
+    redis_down_after: float = setting(60.0, ge=0)
+    """Seconds Redis must stay unreachable before a notice is sent."""
+    timeout: float = setting(10.0, gt=0)
+    """Seconds one SMTP conversation may take."""
+
+    def _check(self) -> None:
+        if not self.host:
+            raise Invalid("host", "key '{key}' must not be empty")
+        if self.enabled and not self.recipients:
+            raise Invalid("recipients", "key '{key}' must name at least one address when {table}.enabled is true")
+        for address in (self.sender, *self.recipients):
+            if "@" not in address:
+                raise Invalid("recipients" if address in self.recipients else "sender",
+                               f"key '{{key}}' holds {address!r}, which is not a mail address")
+        object.__setattr__(self, "recipients", tuple(self.recipients))
+        if self.password_file is not None and self.password_env is not None:
+            raise Invalid("password_file", "keys '{key}' and '{table}.password_env' exclude each other")
+        has_password = self.password_file is not None or self.password_env is not None
+        if self.username is not None and not has_password:
+            raise Invalid("username", "key '{key}' needs '{table}.password_file' or '{table}.password_env'")
+        if has_password and self.username is None:
+            key = "password_file" if self.password_file is not None else "password_env"
+            raise Invalid(key, "key '{key}' needs '{table}.username'")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings(Section):
+    """The Prometheus endpoint each daemon serves (:mod:`dataq.ops.metrics`)."""
+
+    enabled: bool = True
+    """Serve ``GET /metrics``."""
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback: only local scrapers or a proxy reach it)."""
+    push_port: int = setting(9108, ge=0, le=MAX_PORT)
+    """Port of the push daemon's endpoint (0: an ephemeral port)."""
+    pop_port: int = setting(9109, ge=0, le=MAX_PORT)
+    """Port of the pop daemon's endpoint (0: an ephemeral port)."""
+
+    def _check(self) -> None:
+        if not self.host:
+            raise Invalid("host", "key '{key}' must not be empty (use 0.0.0.0 or :: for every interface)")
+
+    def port_for(self, role: str) -> int:
+        """The port of the daemon ``role`` (``push`` or ``pop``)."""
+        return self.push_port if role == "push" else self.pop_port

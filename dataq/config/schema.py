@@ -1,0 +1,331 @@
+"""Settings: one TOML file plus environment overrides, loaded into frozen dataclasses and validated.
+
+:func:`load_settings` reads the file given, else ``$DATAQ_CONFIG`` ("" = none), else none (all defaults), then
+applies these overrides, each validated like the key it sets (errors name the variable):
+
+``DATAQ_REDIS_URL`` -> ``redis.url`` ("" = embedded redis-server), ``DATAQ_DATA_DIR`` -> ``data_dir``,
+``DATAQ_LOG_DIR`` -> ``log.dir``, ``DATAQ_LOG_LEVEL`` -> ``log.level``, ``DATAQ_PUSH_HOST`` -> ``push.host``,
+``DATAQ_PUSH_PORT`` -> ``push.port``.
+
+Every mistake is a ConfigError naming the file (or variable), the dotted key and what was expected; unknown keys
+are errors with a suggestion. TOML has no null, so ``""`` in an optional key means "not set". An integer is
+accepted where a number is expected, a boolean never where an integer is. ``data_dir`` and ``log.dir`` must be
+absolute (daemons run from ``/``). Action options (``[queues.NAME.ACTION]``) are kept raw but frozen: tables
+become read-only mappings, arrays become tuples. ``config/dataq.toml`` documents every key.
+
+One generic loader walks a section dataclass's fields, so a new section (smtp, metrics) is added by declaring a
+dataclass and a field of :class:`Settings`; bounds go on the field (``setting``), rules over several fields in
+the section's ``_check``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dataq.config.loader import (
+    FILLED,
+    ROLE_KEY,
+    SUB_TABLES,
+    Invalid,
+    Origins,
+    Section,
+    absolute,
+    freeze,
+    load_section,
+    read_toml,
+    setting,
+    together,
+)
+from dataq.config.operators import MAX_PORT, MailSettings, MetricsSettings
+from dataq.errors import ConfigError, InvalidRecord
+from dataq.keys import QUEUE_NAME_PATTERN
+from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
+from dataq.record import DEFAULT_CHECKSUM_PATTERN, RecordRules
+
+CONFIG_ENV = "DATAQ_CONFIG"
+"""Names the settings file when :func:`load_settings` gets no path."""
+ENV_OVERRIDES: Mapping[str, str] = MappingProxyType({
+    "DATAQ_REDIS_URL": "redis.url", "DATAQ_DATA_DIR": "data_dir", "DATAQ_LOG_DIR": "log.dir",
+    "DATAQ_LOG_LEVEL": "log.level", "DATAQ_PUSH_HOST": "push.host", "DATAQ_PUSH_PORT": "push.port",
+})
+"""Environment variable -> the dotted key it overrides."""
+DEFAULT_QUEUE = "transfer"
+"""The one queue configured when the file defines none (the 2014 data-q's only queue)."""
+MIN_LINE_BYTES = 256
+"""The smallest ``push.max_line_bytes``: shorter lines could not hold a record with a realistic path."""
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+APPENDFSYNC_CHOICES = ("always", "everysec", "no")
+"""redis-server's ``appendfsync`` policies; ``always`` is the only one that loses no acknowledged record."""
+ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
+"""An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
+import path ``module:Class`` (with an optional ``:argument``)."""
+
+def heartbeat_rule(section: PushSettings | PopSettings) -> None:
+    """A heartbeat must outlive the interval between two beats, or a live daemon would look dead."""
+    if section.heartbeat_ttl <= section.heartbeat_interval:
+        raise Invalid("heartbeat_ttl", f"key '{{key}}' ({section.heartbeat_ttl}) must be greater than "
+                      f"{{table}}.heartbeat_interval ({section.heartbeat_interval})")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings(Section):
+    """How dataq reaches Redis: an external server by URL, or an embedded redis-server in ``data_dir``."""
+
+    url: str | None = None
+    """``redis://``, ``rediss://`` or ``unix://`` URL; None (or "") runs an embedded redis-server."""
+    ca_file: str | None = None
+    """CA bundle that verifies a ``rediss://`` server (None: the system's CAs)."""
+    cert_file: str | None = None
+    """Client certificate for a ``rediss://`` server that asks for one (with ``key_file``)."""
+    key_file: str | None = None
+    """Private key of ``cert_file``."""
+    socket_timeout: float = setting(5.0, gt=0)
+    """Seconds a Redis command may take before the server counts as unavailable."""
+    appendfsync: str = setting("always", choices=APPENDFSYNC_CHOICES)
+    """Embedded server only: when its append-only file is fsynced (``always`` loses no acknowledged record)."""
+
+    def _check(self) -> None:
+        if self.url is not None and not self.url.startswith(REDIS_URL_SCHEMES):
+            raise Invalid("url", f"{{key}} {self.url!r} must start with redis://, rediss:// or unix://")
+        together(self, "cert_file", "key_file")
+
+
+@dataclass(frozen=True, slots=True)
+class PushSettings(Section):
+    """The push daemon: the TCP listener feeders send record lines to."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (``0.0.0.0`` or ``::`` for every interface)."""
+    port: int = setting(9988, ge=0, le=MAX_PORT)
+    """Port of each queue without its own ``push_port`` (0: an ephemeral port, for tests)."""
+    max_line_bytes: int = setting(65536, ge=MIN_LINE_BYTES)
+    """Longest record line accepted; a longer one is refused and the connection closed."""
+    idle_timeout: float = setting(300.0, gt=0)
+    """Seconds a feeder connection may stay silent before it is closed."""
+    max_connections: int = setting(1024, ge=1)
+    """Feeder connections served at once."""
+    batch_max: int = setting(1000, ge=1)
+    """Most records written in one group commit."""
+    tls_cert: str | None = None
+    """Server certificate: set it (with ``tls_key``) to accept feeders over TLS only."""
+    tls_key: str | None = None
+    """Private key of ``tls_cert``."""
+    tls_ca: str | None = None
+    """CA that feeders' client certificates must chain to (None: no client certificate asked for)."""
+    resume_below: int | None = setting(None, ge=0)
+    """Low-water mark: turn ``read`` back on when the active queue falls below it (None: never automatically)."""
+    heartbeat_interval: float = setting(1.0, gt=0)
+    """Seconds between two heartbeats of the daemon in the worker registry."""
+    heartbeat_ttl: float = setting(10.0, gt=0)
+    """Seconds without a heartbeat after which the daemon counts as dead (``dataq-cli --health`` says so)."""
+
+    def _check(self) -> None:
+        heartbeat_rule(self)
+        if not self.host:
+            raise Invalid("host", "key '{key}' must not be empty (use 0.0.0.0 or :: for every interface)")
+        together(self, "tls_cert", "tls_key")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise Invalid("tls_ca", "key '{key}' needs '{table}.tls_cert' and '{table}.tls_key'")
+
+
+@dataclass(frozen=True, slots=True)
+class PopSettings(Section):
+    """The pop daemon: workers that claim records and run the queue's actions on them."""
+
+    concurrency: int = setting(4, ge=1)
+    """Records run at once by one daemon."""
+    heartbeat_interval: float = setting(1.0, gt=0)
+    """Seconds between two heartbeats of a worker."""
+    heartbeat_ttl: float = setting(10.0, gt=0)
+    """Seconds without a heartbeat after which a worker counts as dead and its records are taken back."""
+    sweep_interval: float = setting(5.0, gt=0)
+    """Seconds between two sweeps for dead workers and due retries."""
+    grace_period: float = setting(30.0, ge=0)
+    """Seconds running actions get to finish on shutdown before they are cancelled (0: cancel at once)."""
+    max_crashes: int = setting(3, ge=0)
+    """Times a record's worker may die while running it before the record goes inactive."""
+
+    def _check(self) -> None:
+        heartbeat_rule(self)
+
+
+@dataclass(frozen=True, slots=True)
+class EventSettings(Section):
+    """Trimming of each queue's event stream."""
+
+    max_len: int = setting(100_000, ge=1)
+    """Most event stream entries kept per queue: one per claim, done, failure... of a record, and one per push
+    batch, however many records it queued."""
+    max_age: float = setting(86400.0, gt=0)
+    """Seconds an event is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings(Section):
+    """Where and how the daemons log."""
+
+    dir: str | None = None
+    """Log directory; None: ``/var/log/dataq`` when writable, else ``<data_dir>/log`` (see :meth:`resolved_dir`)."""
+    level: str = setting("info", choices=LOG_LEVELS)
+    """Least severe level written."""
+    format: str = setting("auto", choices=LOG_FORMATS)
+    """``json`` lines, ``console`` text, or ``auto``: console on a terminal, else json."""
+
+    def _check(self) -> None:
+        absolute(self.dir, "dir")
+
+    def resolved_dir(self, data_dir: str, *, system_dir: str = SYSTEM_LOG_DIR) -> str:
+        """``dir`` if set, else ``system_dir`` if writable (or creatable), else ``<data_dir>/log``."""
+        if self.dir is not None:
+            return self.dir
+        if os.path.isdir(system_dir):
+            writable = os.access(system_dir, os.W_OK | os.X_OK)
+        else:
+            parent = os.path.dirname(system_dir.rstrip("/"))
+            writable = not os.path.lexists(system_dir) and os.access(parent, os.W_OK | os.X_OK)
+        return system_dir if writable else os.path.join(data_dir, "log")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings(Section):
+    """One queue: the table ``[queues.NAME]``, with a sub-table of options per action."""
+
+    name: str = field(metadata={ROLE_KEY: FILLED})
+    """The table's name: 1 to 64 letters, digits, ``_``, ``-`` or ``.``."""
+    actions: tuple[str, ...] = ("echo",)
+    """Actions run on each record, in order."""
+    max_errors: int = setting(0, ge=0)
+    """Failures tolerated before a record goes inactive (0: no retry, as in the 2014 data-q)."""
+    max_queue_size: int = setting(1_000_000, ge=1)
+    """Active records above which the push daemon turns ``read`` off."""
+    retry_delay: float = setting(0.0, ge=0)
+    """Seconds a failed record waits before it runs again."""
+    action_timeout: float = setting(600.0, gt=0)
+    """Seconds one action may run on one record before it counts as failed."""
+    checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
+    """Regular expression every checksum must match in full."""
+    push_port: int | None = setting(None, ge=0, le=MAX_PORT)
+    """This queue's push daemon port; None: ``push.port``."""
+    action_options: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, metadata={ROLE_KEY: SUB_TABLES}
+    )
+    """Action name -> its raw options (``[queues.NAME.ACTION]``), validated by the action registry."""
+    _rules: RecordRules = field(init=False, repr=False, compare=False)
+
+    def _check(self) -> None:
+        if QUEUE_NAME_PATTERN.fullmatch(self.name) is None:
+            raise Invalid("name", f"queue name {self.name!r} is invalid: use 1 to 64 letters, digits, _, - or .")
+        actions = tuple(self.actions)
+        object.__setattr__(self, "actions", actions)
+        if not actions:
+            raise Invalid("actions", "key '{key}' must name at least one action")
+        for action in actions:
+            if ACTION_PATTERN.fullmatch(action) is None:
+                raise Invalid("actions", f"key '{{key}}' holds an invalid action name {action!r}")
+            if actions.count(action) > 1:
+                raise Invalid("actions", f"key '{{key}}' names {action!r} more than once")
+        object.__setattr__(self, "action_options", freeze(self.action_options))
+        for action in self.action_options:
+            # An entry's options table is named after the entry without its inline argument ('sleep' for
+            # 'sleep:0.5', 'site.mod:Class' for 'site.mod:Class:arg'); the action registry checks which one.
+            if not any(entry == action or entry.startswith(f"{action}:") for entry in actions):
+                raise Invalid(action, f"{{key}}: options for action {action!r}, which is not in {{table}}.actions")
+        try:
+            object.__setattr__(self, "_rules", RecordRules(self.checksum_pattern))
+        except InvalidRecord as exc:
+            raise Invalid("checksum_pattern", f"key '{{key}}': {exc}") from exc
+
+    @property
+    def rules(self) -> RecordRules:
+        """How this queue validates records (its checksum pattern, compiled once)."""
+        return self._rules
+
+
+def default_data_dir(environ: Mapping[str, str] | None = None) -> str:
+    """``$XDG_STATE_HOME/dataq`` if that variable holds an absolute path, else ``~/.local/state/dataq``."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME", "")
+    if os.path.isabs(state):
+        return os.path.join(state, "dataq")
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state", "dataq")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings(Section):
+    """Everything dataq is configured with; build it with :func:`load_settings`."""
+
+    data_dir: str = field(default_factory=default_data_dir)
+    """The embedded redis-server's data directory; logs go to ``<data_dir>/log`` if nowhere else is writable."""
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    push: PushSettings = field(default_factory=PushSettings)
+    pop: PopSettings = field(default_factory=PopSettings)
+    events: EventSettings = field(default_factory=EventSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    mail: MailSettings = field(default_factory=MailSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    queues: Mapping[str, QueueSettings] = field(
+        default_factory=lambda: MappingProxyType({DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE)}), hash=False
+    )
+    """Queue name -> its settings, in the file's order; the first is the default queue."""
+    source: str | None = field(default=None, metadata={ROLE_KEY: FILLED})
+    """The file these settings were loaded from (None: defaults and environment only)."""
+
+    def _check(self) -> None:
+        absolute(self.data_dir, "data_dir")
+        queues = MappingProxyType(dict(self.queues))
+        object.__setattr__(self, "queues", queues)
+        if not queues:
+            raise Invalid("queues", "key '{key}' must define at least one queue")
+        ports: dict[int, str] = {}
+        for name, queue in queues.items():
+            if queue.name != name:
+                raise Invalid(f"queues.{name}", f"key '{{key}}' holds the settings of queue {queue.name!r}")
+            other = ports.setdefault(port := self.push_port_for(name), name)
+            if port != 0 and other != name:
+                explicit = queue.push_port is not None and queues[other].push_port is not None
+                raise Invalid(f"queues.{name}.push_port" if explicit else "push.port",
+                               f"queues {other!r} and {name!r} would both listen on push port {port}; "
+                               f"set a distinct push_port under [queues.{name}]")
+
+    def queue(self, name: str | None = None) -> QueueSettings:
+        """The settings of queue ``name``; None means the first configured queue."""
+        if name is None:
+            return next(iter(self.queues.values()))
+        if name not in self.queues:
+            where = f" in {self.source}" if self.source else ""
+            raise ConfigError(f"unknown queue {name!r}; the queues configured{where} are: {', '.join(self.queues)}")
+        return self.queues[name]
+
+    def push_port_for(self, queue: str) -> int:
+        """The port the push daemon of ``queue`` listens on: its ``push_port``, else ``push.port``."""
+        port = self.queue(queue).push_port
+        return self.push.port if port is None else port
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load the settings file (``path``, else ``$DATAQ_CONFIG``, else none) and apply the environment overrides.
+
+    Raises ConfigError naming the file or variable, the key and the problem.
+    """
+    env = os.environ if environ is None else environ
+    source = os.fspath(path) if path is not None else (env.get(CONFIG_ENV) or None)
+    raw = {} if source is None else read_toml(source)
+    raw.setdefault("data_dir", default_data_dir(env))
+    applied: dict[str, str] = {}
+    for variable, key in ENV_OVERRIDES.items():
+        if variable in env:
+            *path_parts, name = key.split(".")
+            table = raw
+            for part in path_parts:
+                table = table.setdefault(part, {})
+                if not isinstance(table, dict):
+                    break  # the file has a non-table here; the loader reports it
+            else:
+                table[name] = env[variable]  # text; _convert parses it for a numeric key
+                applied[key] = variable
+    return load_section(Settings, raw, "", Origins(source, applied), {"source": source})

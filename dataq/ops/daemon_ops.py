@@ -1,0 +1,101 @@
+"""A daemon's ties to the people and systems that watch it: its notifier (mail, or the log), the metrics endpoint,
+the Redis-outage watch, the systemic-failure watch and systemd's notify socket. The push and pop daemons each
+hold one :class:`DaemonOps`, and start its loops under their own supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from dataq.config import Settings
+from dataq.errors import DataqError
+from dataq.logs import get_logger
+from dataq.ops.mail import MailNotifier
+from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals
+from dataq.ops.notices import LogNotifier, Notifier
+from dataq.ops.watches import FailureWatch, RedisDownWatch
+from dataq.runtime import systemd
+from dataq.runtime.supervise import Supervisor, every
+from dataq.store import QueueStore
+
+REDIS_PROBE_INTERVAL = 1.0
+"""Seconds between two reads of the queue's state: they refresh the metrics' gauges and notice an outage (and
+its end) within this."""
+
+log = get_logger()
+
+
+class DaemonOps:
+    """What one daemon (``role`` ``push`` or ``pop``) of ``queue`` shows and tells; ``totals`` are its running
+    totals, exported as its counters. ``notifier`` replaces mail and log (tests record notices with it)."""
+
+    def __init__(self, settings: Settings, queue: str, role: str, totals: Totals, *,
+                 notifier: Notifier | None = None) -> None:
+        self.settings, self.queue, self.role = settings, queue, role
+        self.metrics = DaemonMetrics(queue, role, totals)
+        self.mail = MailNotifier(settings.mail, queue) if settings.mail.enabled and notifier is None else None
+        self.notifier: Notifier = notifier or self.mail or LogNotifier()
+        """Where every notice of the daemon goes."""
+        self.redis_watch = RedisDownWatch.from_settings(self.notifier, queue, settings.mail)
+        self.failure_watch = FailureWatch.from_settings(self.notifier, queue, settings.mail)
+        self.metrics_url: str | None = None
+        self._server: MetricsServer | None = None
+        self._closed = False
+
+    async def start(self, store: QueueStore, supervisor: Supervisor, *, until: asyncio.Event,
+                    liveness: Sequence[systemd.Liveness] = ()) -> None:
+        """Serve metrics (if enabled; a port that cannot be bound is logged, never fatal) and start the loops:
+        mail delivery, the Redis watch, and the watchdog pinged while every ``liveness`` check holds."""
+        config = self.settings.metrics
+        if config.enabled:
+            self._server = await self._serve_metrics(config.host, config.port_for(self.role))
+        if self.mail is not None:
+            supervisor.start("mail", self.mail.run, until=until)
+        supervisor.start("redis-watch", lambda: self._watch_redis(store, until), until=until)
+        interval = systemd.watchdog_interval()
+        if interval is not None:
+            supervisor.start("watchdog", lambda: systemd.run_watchdog(interval, until, liveness), until=until)
+
+    async def _serve_metrics(self, host: str, port: int) -> MetricsServer | None:
+        for candidate in dict.fromkeys((port, 0)):
+            server = MetricsServer(self.metrics.registry, host, candidate)
+            try:
+                await asyncio.to_thread(server.start)
+            except DataqError as exc:
+                # Two daemons of one role on a host cannot share the port; the second takes a free one and
+                # says where (the worker registry shows it too).
+                log.warning("metrics port unavailable", port=candidate, error=str(exc))
+                continue
+            self.metrics_url = server.url
+            log.info("metrics served", url=self.metrics_url)
+            return server
+        return None
+
+    async def _watch_redis(self, store: QueueStore, until: asyncio.Event) -> None:
+        down = False
+        async for _ in every(REDIS_PROBE_INTERVAL, until):
+            error = await self.metrics.refresh(store)
+            if error is not None:
+                down = True
+                self.redis_watch.unavailable(error)
+                continue
+            if down:
+                down = False
+                self.metrics.redis_reconnect()
+                self.redis_watch.available()
+
+    async def ready(self, status: str) -> None:
+        await systemd.ready(status)
+
+    async def close(self) -> None:
+        """Tell systemd, stop serving metrics, and send the mail still pending (within the mail timeout); once."""
+        if self._closed:
+            return
+        self._closed = True
+        await systemd.stopping()
+        if self._server is not None:
+            await asyncio.to_thread(self._server.close)
+            self._server = None
+        if self.mail is not None:
+            await self.mail.close()

@@ -1,0 +1,277 @@
+"""The pop daemon: claim records crash-safely and run the queue's actions on them (``dataq pop``).
+
+Its life, top to bottom (:meth:`PopDaemon.run`): build the actions (configuration errors stop it here), start
+them, register with a first heartbeat, then claim and run records while the heartbeat, the sweeper, the
+notice listener, the settler and the daemon's ties to its operators (:mod:`dataq.ops.daemon_ops`) run beside it,
+all supervised (a bug in one stops the daemon with a non-zero status). On stop: no more claims, running actions
+get the grace period, then are cancelled; finished records are settled, the rest go back to the next-to-run end,
+and the worker leaves the registry. A ``kill -9`` at any point loses nothing: the records it held stay in its
+processing list until a sweeper (of any pop daemon) sees its heartbeat expire and returns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from dataq.actions import Action, ActionContext, load_actions
+from dataq.config import QueueSettings, Settings
+from dataq.embedded.locate import resolve_redis
+from dataq.errors import StoreUnavailable
+from dataq.logs import get_logger
+from dataq.ops.daemon_ops import DaemonOps
+from dataq.ops.notices import Notifier
+from dataq.pop.sweeper import Sweeper
+from dataq.pop.worker import WAKING_NOTICES, PopWorker
+from dataq.record import Record
+from dataq.runtime.backoff import Backoff
+from dataq.runtime.identity import make_worker_id
+from dataq.runtime.signals import install_stop_signals
+from dataq.runtime.supervise import Supervisor, every
+from dataq.store import QueueStore
+
+EXIT_OK = 0
+EXIT_UNSETTLED = 1
+"""Shutdown could not reach Redis: some results are unsettled (their records will run again, none is lost)."""
+EXIT_FAILED = 1
+"""A part of the daemon failed of a bug (logged); systemd, or ``dataq run``, starts it afresh."""
+SHUTDOWN_REDIS_WAIT = 30.0
+"""Seconds shutdown keeps retrying Redis (to settle results and give records back) before it leaves that to
+the sweepers of other daemons."""
+ROLE = "pop"
+
+log = get_logger()
+
+
+async def run_pop_daemon(
+    settings: Settings,
+    queue: str,
+    *,
+    concurrency: int | None = None,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[str], None] | None = None,
+    notifier: Notifier | None = None,
+) -> int:
+    """Run a pop daemon on ``queue`` until ``stop`` is set (SIGTERM/SIGINT when None); returns the exit status.
+
+    ``ready`` gets the worker id once the worker is registered; ``notifier`` replaces mail and log. Raises
+    ConfigError for unknown actions or options before anything starts.
+    """
+    queue_settings = settings.queue(queue)
+    handle = resolve_redis(settings)
+    store = QueueStore.open(settings, handle.url, queue)
+    try:
+        context = ActionContext(queue_settings, concurrency or settings.pop.concurrency, store)
+        actions = load_actions(context, settings.source)
+        if stop is None:
+            stop = asyncio.Event()
+            install_stop_signals(stop)
+        daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, notifier=notifier)
+        return await daemon.run(stop, ready)
+    finally:
+        await store.close()
+
+
+class PopDaemon:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: QueueSettings,
+        store: QueueStore,
+        actions: Sequence[Action[Any]],
+        *,
+        concurrency: int | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pop = settings.pop
+        self.store = store
+        self.actions = tuple(actions)
+        self.worker_id = make_worker_id(ROLE)
+        self.ops = DaemonOps(settings, queue.name, ROLE, self._totals, notifier=notifier)
+        self.worker = PopWorker(
+            store,
+            self.worker_id,
+            queue,
+            self.actions,
+            concurrency or self.pop.concurrency,
+            self.ops.notifier,
+            self._beat,
+            observe_action=self.ops.metrics.action_duration,
+            observe_claim=self._claimed,
+            on_failure=self.ops.failure_watch.failed,
+        )
+        self.sweeper = Sweeper(store, self.pop, settings.events, self.ops.notifier, own_worker=self.worker_id)
+        self.info: dict[str, object] = {
+            "role": ROLE,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queue": queue.name,
+            "started": time.time(),
+            "concurrency": self.worker.concurrency,
+            "actions": list(queue.actions),
+        }
+        self._registered = False
+        self._halt = asyncio.Event()
+        """Ends the background loops, once the records are given back."""
+
+    def _totals(self) -> Mapping[str, int]:
+        settler = self.worker.settler
+        return {"done": settler.acknowledged, "failed": settler.failures, "deactivated": settler.deactivated}
+
+    def _claimed(self, record: Record) -> None:
+        if record.pushed_at is not None:
+            self.ops.metrics.claim_latency(time.time() - record.pushed_at)
+
+    async def run(self, stop: asyncio.Event, ready: Callable[[str], None] | None = None) -> int:
+        """Start, serve until ``stop``, shut down in phases; returns the exit status."""
+        supervisor = Supervisor(stop)
+        started: list[Action[Any]] = []
+        try:
+            for action in self.actions:
+                await action.start()
+                started.append(action)
+            await self.ops.start(self.store, supervisor, until=self._halt, liveness=[self.worker.responsive])
+            self.info["metrics"] = self.ops.metrics_url
+            if not await self._until_done(self._beat, stop):
+                return EXIT_OK  # stopped before Redis ever answered: nothing claimed, nothing to give back
+            log.info("pop daemon started", worker=self.worker_id, queue=self.store.queue,
+                     concurrency=self.worker.concurrency, actions=self.info["actions"])
+            if ready is not None:
+                ready(self.worker_id)
+            await self.ops.ready(f"worker {self.worker_id} serving queue {self.store.queue}")
+            loops: dict[str, Callable[[], Awaitable[None]]] = {
+                "heartbeat": self._heartbeat_loop,
+                "sweeper": self._sweep_loop,
+                "notices": self._listen,
+            }
+            for name, body in loops.items():
+                supervisor.start(name, body, until=self._halt)
+            settling = supervisor.start("settle", self.worker.settler.run, until=self._halt)
+            claiming = supervisor.start("claim", self.worker.claim_loop)
+            await stop.wait()
+            status = await self._shut_down(claiming, settling, supervisor)
+            return status if supervisor.failed is None else EXIT_FAILED
+        finally:
+            # Normally all done by _shut_down; after an unexpected error, whatever still runs is cancelled here
+            # (its records stay in the processing list for a sweeper to return).
+            self._halt.set()
+            await self.ops.close()
+            await supervisor.cancel()
+            if self.worker.running:
+                await self.worker.finish(0)
+            for action in reversed(started):
+                try:
+                    await action.close()
+                except Exception:
+                    log.exception("closing an action failed", action=action.name)
+
+    async def _shut_down(self, claiming: asyncio.Task[None], settling: asyncio.Task[None],
+                         supervisor: Supervisor) -> int:
+        log.info("pop daemon stopping", worker=self.worker_id, running=self.worker.running)
+        # 1. No new record: whatever is claimed from here on would only have to be given back.
+        self.worker.stop_claiming()
+        await claiming
+        # 2. Running actions may finish within the grace period; the rest are cancelled (released below).
+        cancelled = await self.worker.finish(self.pop.grace_period)
+        # 3. Settle finished records before releasing, or release would queue again records that are done. A
+        #    settler that died of a bug settles nothing more: its records go back with the rest, to run again.
+        deadline = time.monotonic() + SHUTDOWN_REDIS_WAIT
+        settled = await self._within(self._settled_or_gone(settling), deadline)
+        # 4. Give back what is still held (cancelled records) to the next-to-run end; leave the registry. The
+        #    heartbeat beats until here, so no sweeper takes the records meanwhile.
+        released = settled and await self._until_done(self._release, None, deadline)
+        # 5. The last notices go out; then the background loops end.
+        self._halt.set()
+        await self.ops.close()
+        await supervisor.cancel()
+        if released:
+            await self._until_done(lambda: self.store.unregister(self.worker_id), None, deadline)
+        if not released:
+            log.error("redis unavailable at shutdown: records left in this worker's processing list, for a sweeper "
+                      "to return once the heartbeat expires", worker=self.worker_id,
+                      unsettled=self.worker.settler.pending)
+            return EXIT_UNSETTLED
+        log.info("pop daemon stopped", worker=self.worker_id, cancelled=cancelled, **self.worker.stats())
+        return EXIT_OK
+
+    async def _release(self) -> None:
+        result = await self.store.release(self.worker_id)
+        if result.returned:
+            log.info("records given back to the queue", count=result.returned)
+
+    async def _beat(self) -> None:
+        """Refresh the heartbeat (registering when not registered)."""
+        unregistered = await self.store.heartbeat(self.worker_id, self.info, self.worker.stats(),
+                                                  self.pop.heartbeat_ttl)
+        if unregistered and self._registered:
+            log.warning("this worker had been given up for dead (heartbeat lapsed): its records went back to the "
+                        "queue, and results for them will be dropped", worker=self.worker_id)
+        self._registered = True
+
+    async def _heartbeat_loop(self) -> None:
+        # Failures are retried at the next interval, not after the supervisor's growing backoff: a lapse longer
+        # than the TTL would have every sweeper take our records back.
+        outage = False
+        async for _ in every(self.pop.heartbeat_interval, self._halt):
+            try:
+                await self._beat()
+            except StoreUnavailable as exc:
+                if not outage:
+                    log.warning("redis unavailable; heartbeat missed", error=str(exc))
+                outage = True
+            else:
+                if outage:
+                    log.info("heartbeat restored")
+                outage = False
+
+    async def _sweep_loop(self) -> None:
+        async for _ in every(self.pop.sweep_interval, self._halt):
+            # Beat first: after a Redis outage longer than the TTL, our own heartbeat may have expired, and we
+            # must not look dead to the sweep that follows (ours skips us anyway; this also covers the others').
+            await self._beat()
+            await self.sweeper.sweep()
+
+    async def _listen(self) -> None:
+        # Notices sent while we were not subscribed are lost: look once now.
+        self.worker.wake()
+        async for notice in self.store.notices():
+            if notice in WAKING_NOTICES:
+                self.worker.wake()
+
+    async def _settled_or_gone(self, settling: asyncio.Task[None]) -> None:
+        waiting = asyncio.ensure_future(self.worker.settler.settled())
+        try:
+            await asyncio.wait({waiting, settling}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+
+    @staticmethod
+    async def _within(awaitable: Awaitable[None], deadline: float) -> bool:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await awaitable
+        except TimeoutError:
+            return False
+        return True
+
+    @staticmethod
+    async def _until_done(call: Callable[[], Awaitable[None]], stop: asyncio.Event | None,
+                          deadline: float | None = None) -> bool:
+        """Call until it succeeds (True), retrying while Redis is unavailable, until ``stop`` or ``deadline``."""
+        backoff = Backoff()
+        while True:
+            try:
+                await call()
+                return True
+            except StoreUnavailable as exc:
+                log.warning("redis unavailable; retrying", error=str(exc))
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            await backoff.wait(stop)
+            if stop is not None and stop.is_set():
+                return False

@@ -1,0 +1,204 @@
+"""Settling finished records: every result since the last store call goes in one ``ack`` and one ``fail``.
+
+Results are kept until Redis has taken them (a StoreUnavailable is retried with backoff, never dropped), and a
+worker's slot is freed only once its record is settled, so an outage pauses claiming instead of piling up
+records that cannot be settled. Retrying a call whose reply was lost is safe: the store answers "not owned"
+for records the lost call already settled, and those are only logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from dataq.config import QueueSettings
+from dataq.errors import StoreUnavailable
+from dataq.logs import get_logger
+from dataq.ops.notices import Notifier, inactive_records_notice
+from dataq.record import Record
+from dataq.runtime.backoff import Backoff
+from dataq.store import FailOutcome, QueueStore
+
+SETTLE_BATCH_MAX = 1000
+"""Most records in one ack or fail call (bounds the Lua script's argument list and its run time)."""
+LOGGED_IDS_MAX = 20
+"""Ids named in one log event about many records."""
+
+FailureObserver = Callable[[str, str], None]
+"""Told of every failure settled (id, message): the systemic-failure watch listens here."""
+
+log = get_logger()
+
+
+class Settler:
+    """Collects the results of one worker's records and settles them in batches (run :meth:`run` as a task)."""
+
+    def __init__(
+        self,
+        store: QueueStore,
+        worker_id: str,
+        queue: QueueSettings,
+        notifier: Notifier,
+        on_settled: Callable[[list[str]], None],
+        *,
+        on_failure: FailureObserver | None = None,
+    ) -> None:
+        """``on_settled`` gets the ids whose results Redis took (their slots are free); ``on_failure`` each
+        failure settled."""
+        self.store = store
+        self.worker_id = worker_id
+        self.queue = queue
+        self.notifier = notifier
+        self.on_settled = on_settled
+        self.on_failure = on_failure
+        self.acknowledged = 0
+        """Records acknowledged so far (for the heartbeat)."""
+        self.failures = 0
+        """Failures counted so far (retried, delayed or deactivated)."""
+        self.deactivated = 0
+        """Records this worker's failures moved to the inactive list."""
+        self._stale: Counter[str] = Counter()
+        """Id -> waiting results of it that must not be sent (see :meth:`claimed_again`)."""
+        self._done: list[tuple[str, str]] = []
+        self._failed: list[tuple[Record, str]] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._outage = False
+
+    @property
+    def pending(self) -> int:
+        """Results not yet taken by Redis."""
+        return len(self._done) + len(self._failed)
+
+    def succeeded(self, record: Record, seconds: float) -> None:
+        self._done.append((record.id, f"duration_ms={round(seconds * 1000)}"))
+        self._idle.clear()
+        self._wake.set()
+
+    def failed(self, record: Record, message: str) -> None:
+        self._failed.append((record, message))
+        self._idle.clear()
+        self._wake.set()
+
+    def claimed_again(self, record_id: str) -> None:
+        """The worker claimed ``record_id`` while a result of an earlier claim of it still waits here.
+
+        Only a settled record can be claimed again, so that result was applied by a call whose reply was lost;
+        sent again it would hit the new claim (an ack would forget it, a fail would queue it again while it
+        runs). It is dropped at the next settle, and the earlier claim's slot freed.
+        """
+        waiting = sum(1 for i, _ in self._done if i == record_id) + sum(1 for r, _ in self._failed if r.id == record_id)
+        self._stale[record_id] = waiting
+        if waiting:
+            self._idle.clear()
+            self._wake.set()
+
+    def _drop_stale(self) -> None:
+        if not +self._stale:
+            return
+        dropped: list[str] = []
+        left = self._stale.copy()
+        done, failed = [], []
+        for entry in self._done:
+            if left[entry[0]] > 0:
+                left[entry[0]] -= 1
+                dropped.append(entry[0])
+            else:
+                done.append(entry)
+        for failure in self._failed:
+            if left[failure[0].id] > 0:
+                left[failure[0].id] -= 1
+                dropped.append(failure[0].id)
+            else:
+                failed.append(failure)
+        self._done, self._failed, self._stale = done, failed, Counter()
+        log.info("results already settled by a call whose reply was lost; not sent again", ids=dropped[:LOGGED_IDS_MAX])
+        self.on_settled(dropped)
+
+    def _sent(self, ids: list[str]) -> None:
+        """These results reached Redis: none of them is waiting any more, stale or not."""
+        for record_id in ids:
+            if self._stale[record_id] > 0:
+                self._stale[record_id] -= 1
+
+    async def settled(self) -> None:
+        """Return once every result so far is settled."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Settle results as they come, until cancelled; keep them through Redis outages."""
+        backoff = Backoff()
+        while True:
+            if not self.pending:
+                self._idle.set()
+                await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._settle_batch(retry=self._outage)
+            except StoreUnavailable as exc:
+                if not self._outage:
+                    log.warning("redis unavailable; keeping results until it returns", pending=self.pending,
+                                error=str(exc))
+                    self._outage = True
+                await backoff.wait()
+            else:
+                if self._outage:
+                    log.info("redis is back; settling kept results", pending=self.pending)
+                    self._outage = False
+                backoff.reset()
+
+    async def _settle_batch(self, *, retry: bool) -> None:
+        self._drop_stale()
+        if self._done:
+            batch = self._done[:SETTLE_BATCH_MAX]
+            owned = await self.store.ack(self.worker_id, batch)
+            del self._done[: len(batch)]
+            self._sent([record_id for record_id, _ in batch])
+            self.acknowledged += sum(owned)
+            self._report_lost([record_id for (record_id, _), mine in zip(batch, owned, strict=True) if not mine], retry)
+            self.on_settled([record_id for record_id, _ in batch])
+        if self._failed:
+            failures = self._failed[:SETTLE_BATCH_MAX]
+            outcomes = await self.store.fail(
+                self.worker_id,
+                [(record.id, message) for record, message in failures],
+                max_errors=self.queue.max_errors,
+                retry_delay=self.queue.retry_delay,
+            )
+            del self._failed[: len(failures)]
+            self._sent([record.id for record, _ in failures])
+            self.failures += sum(outcome is not FailOutcome.NOT_OWNED for outcome in outcomes)
+            self.deactivated += sum(outcome is FailOutcome.INACTIVE for outcome in outcomes)
+            pairs = list(zip(failures, outcomes, strict=True))
+            if self.on_failure is not None:
+                for (record, message), outcome in pairs:
+                    if outcome is not FailOutcome.NOT_OWNED:
+                        self.on_failure(record.id, message)
+            self._report_lost([record.id for (record, _), outcome in pairs if outcome is FailOutcome.NOT_OWNED], retry)
+            self._report_inactive([failure for failure, outcome in pairs if outcome is FailOutcome.INACTIVE])
+            self.on_settled([record.id for record, _ in failures])
+
+    def _report_lost(self, ids: list[str], retry: bool) -> None:
+        if ids and retry:
+            # Most likely settled by the call whose reply the outage lost; or swept back meanwhile.
+            log.info("records already settled (by a call whose reply was lost) or taken back",
+                     count=len(ids), ids=ids[:LOGGED_IDS_MAX])
+        elif ids:
+            # The sweeper took these back while they ran (our heartbeat had lapsed): they are queued again and
+            # belong to whoever claims them next, so this result must not touch them.
+            log.warning("results dropped for records no longer ours (returned to the queue while they ran)",
+                        count=len(ids), ids=ids[:LOGGED_IDS_MAX])
+
+    def _report_inactive(self, failures: list[tuple[Record, str]]) -> None:
+        if not failures:
+            return
+        records: list[dict[str, Any]] = [
+            {"id": record.id, "path": record.path, "size": record.size, "last_error": message}
+            for record, message in failures
+        ]
+        for entry in records[:LOGGED_IDS_MAX]:
+            log.warning("record moved to the inactive queue", **entry)
+        self.notifier.post(inactive_records_notice(self.queue.name, self.worker_id, self.queue.max_errors, records))

@@ -1,0 +1,289 @@
+"""Claiming records and running the queue's actions on them, up to ``concurrency`` records at a time.
+
+The store's ``claim`` never blocks and is atomic with the ``action`` flag, so a record is never claimed while
+action processing is off, however long a worker has been waiting. The waiting is done here: when there is
+nothing to claim (or action is off) the worker sleeps until a pub/sub notice (``work``, ``flag:action:on``) or
+:data:`POLL_INTERVAL`, whichever comes first. Each claim asks for as many records as there are free slots. A slot
+is free again once its action ends, so the next claim travels while the finished records are being settled (see
+:mod:`dataq.pop.settler`): without that overlap the daemon and Redis take turns, each idle while the other works. At
+most ``concurrency`` finished records wait for settlement, though: an outage pauses claiming instead of piling up
+results that cannot be settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+from dataq.actions import Action
+from dataq.config import QueueSettings
+from dataq.errors import ActionError, ActionTimeout, StoreUnavailable
+from dataq.logs import get_logger
+from dataq.ops.notices import Notifier
+from dataq.pop.deadlines import Deadlines
+from dataq.pop.settler import FailureObserver, Settler
+from dataq.record import Record
+from dataq.runtime.backoff import Backoff
+from dataq.runtime.supervise import Pulse
+from dataq.runtime.systemd import STALL_AFTER
+from dataq.store import NOTICE_WORK, ClaimStatus, Flag, QueueStore
+
+POLL_INTERVAL = 1.0
+"""Seconds an idle worker waits for a notice before it tries to claim anyway (notices are lost while the
+pub/sub connection is down, and a delayed retry falls due without one)."""
+GATHER_DELAY = 0.001
+"""Seconds the claim loop waits for more slots to free when only a few are."""
+CANCEL_WAIT = 5.0
+"""Seconds cancelled actions get to unwind before shutdown goes on without them."""
+ACTION_ON_NOTICE = f"flag:{Flag.ACTION.value}:on"
+WAKING_NOTICES = frozenset({NOTICE_WORK, ACTION_ON_NOTICE})
+
+log = get_logger()
+
+
+_ActionRun = Callable[[Record], Awaitable[object]]
+ActionObserver = Callable[[str, float], None]
+"""Told how long each action took on a record (action name, seconds), whatever its outcome."""
+ClaimObserver = Callable[[Record], None]
+"""Told of each record as it is claimed (the claim-latency histogram listens here)."""
+
+
+async def run_actions(
+    actions: Sequence[Action[Any]], record: Record, deadlines: Deadlines, observe: ActionObserver | None = None
+) -> str | None:
+    """Run every action on the record in order, each within its timeout; None when all succeed, else what failed
+    (the first failure)."""
+    for action in actions:
+        started = time.monotonic()
+        try:
+            failure = await _run_one(action, record, deadlines)
+        finally:
+            if observe is not None:
+                observe(action.name, time.monotonic() - started)
+        if failure is not None:
+            return failure
+    return None
+
+
+async def _run_one(action: Action[Any], record: Record, deadlines: Deadlines) -> str | None:
+    """One action on one record: None on success, else what failed."""
+    try:
+        with deadlines.limit(action.timeout) as limit:
+            try:
+                # Run is declared to return None, but a plugin that returns a status (0 = success) is honoured.
+                result = await cast(_ActionRun, action.run)(record)
+            except asyncio.CancelledError:
+                if not limit.timed_out():
+                    raise
+                return str(ActionTimeout(f"action {action.name} timed out after {action.timeout:g}s"))
+    except ActionError as exc:
+        return f"{action.name}: {str(exc) or type(exc).__name__}"
+    except Exception as exc:
+        return _unexpected(action, record, exc)
+    if result is not None and result != 0:
+        return f"{action.name}: returned {result!r}"
+    return None
+
+
+def _unexpected(action: Action[Any], record: Record, exc: Exception) -> str:
+    # Not an ActionError: probably a bug in the action, so the traceback goes to the log.
+    log.error("action raised an unexpected error", action=action.name, id=record.id, exc_info=exc)
+    return f"{action.name}: {type(exc).__name__}: {exc}"
+
+
+class PopWorker:
+    """One worker identity in the store: claims into its processing list, runs records, settles them."""
+
+    def __init__(
+        self,
+        store: QueueStore,
+        worker_id: str,
+        queue: QueueSettings,
+        actions: Sequence[Action[Any]],
+        concurrency: int,
+        notifier: Notifier,
+        register: Callable[[], Awaitable[None]],
+        *,
+        observe_action: ActionObserver | None = None,
+        observe_claim: ClaimObserver | None = None,
+        on_failure: FailureObserver | None = None,
+    ) -> None:
+        """``register`` registers the worker again when a claim finds it swept as dead; ``on_failure`` is told of
+        every failure settled."""
+        self.store = store
+        self.worker_id = worker_id
+        self.actions = tuple(actions)
+        self.concurrency = concurrency
+        self.settler = Settler(store, worker_id, queue, notifier, self._slots_freed, on_failure=on_failure)
+        self._register = register
+        self._observe_action = observe_action
+        self._observe_claim = observe_claim
+        self._pulse = Pulse()
+        self._held: Counter[str] = Counter()
+        """Ids claimed and not yet settled: running, or finished and waiting for the settler. A multiset: a
+        failed record may be claimed again before the reply of the call that settled it arrives."""
+        self._deadlines = Deadlines()
+        self._running = 0
+        """Actions under way (counted down as each ends, before its task is gone from ``_tasks``)."""
+        self._claim_lost = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._action_off = False
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    def stats(self) -> dict[str, object]:
+        """What the heartbeat publishes (``dataq-cli`` shows it)."""
+        return {"done": self.settler.acknowledged, "failed": self.settler.failures, "running": len(self._tasks)}
+
+    def free_slots(self) -> int:
+        """Records the next claim may take: no more than ``concurrency`` running, nor waiting for settlement."""
+        return min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
+
+    def responsive(self) -> bool:
+        """For the watchdog: the claim loop turned lately or waits by choice, and no action runs on past its time
+        limit (which would hold its slot for good)."""
+        return self._pulse.alive(STALL_AFTER) and not self._deadlines.overdue(CANCEL_WAIT + STALL_AFTER)
+
+    def wake(self) -> None:
+        """Something may be claimable now: try at once instead of at the next poll."""
+        self._wake.set()
+
+    def claiming(self) -> bool:
+        """Not told to stop claiming yet (a call, not an attribute: it changes while the claim loop awaits)."""
+        return not self._stopping
+
+    def stop_claiming(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def claim_loop(self) -> None:
+        """Claim and start records until :meth:`stop_claiming`; waits (never spins) when there is nothing to do."""
+        backoff = Backoff()
+        while self.claiming():
+            self._pulse.beat()
+            self._wake.clear()
+            free = self.free_slots()
+            if free <= 0:
+                with self._pulse.resting():  # the actions' time limits keep this wait finite
+                    await self._wake.wait()  # an action ended, a record settled, or stop
+                continue
+            if free < self.concurrency // 4 and self._running:
+                # Gather a few more free slots first: a claim of one or two records costs Redis and this daemon
+                # nearly as much as a claim of dozens.
+                await asyncio.sleep(GATHER_DELAY)
+                if not self.claiming():  # stopped meanwhile
+                    break
+                free = self.free_slots()
+            try:
+                if self._claim_lost:
+                    await self._recover_lost_claim()
+                claim = await self.store.claim(self.worker_id, free)
+                if claim.status is ClaimStatus.UNREGISTERED:
+                    # Swept as dead (our heartbeat lapsed): a claim must not outrun the registry, or nobody
+                    # could give its records back should we die.
+                    await self._register()
+                    continue
+            except StoreUnavailable as exc:
+                # The claim may have run with its reply lost: its records would sit in our processing list.
+                self._claim_lost = True
+                log.warning("redis unavailable; claiming paused", error=str(exc))
+                await self._sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            self._note_action_flag(claim.status is ClaimStatus.ACTION_OFF)
+            if claim.records:
+                for record in claim.records:
+                    self._start(record)
+                continue
+            await self._sleep(POLL_INTERVAL)
+
+    async def finish(self, grace: float) -> int:
+        """Let running actions end within ``grace`` seconds, then cancel the rest; returns how many were cancelled.
+
+        A cancelled record is left unsettled in the processing list, for ``release`` to put back.
+        """
+        if not self._tasks:
+            return 0
+        log.info("waiting for running actions", running=len(self._tasks), grace_period=grace)
+        pending = set(self._tasks)
+        if grace > 0:
+            _, pending = await asyncio.wait(pending, timeout=grace)
+        if not pending:
+            return 0
+        log.warning("grace period over; cancelling running actions", count=len(pending))
+        for task in pending:
+            task.cancel()
+        _, stuck = await asyncio.wait(pending, timeout=CANCEL_WAIT)
+        if stuck:
+            log.error("actions ignored cancellation; leaving them behind", count=len(stuck))
+        return len(pending)
+
+    async def _recover_lost_claim(self) -> None:
+        """Run the records a claim with a lost reply moved into our processing list (else they would wait there
+        until this daemon stops and releases them)."""
+        before = set(self._held)
+        listed = await self.store.processing(self.worker_id)
+        for record_id in listed:
+            # Held before the listing, or since: ours already (settled ones are gone from the list, or about to be).
+            if record_id in before or record_id in self._held:
+                continue
+            state = await self.store.record_state(record_id)
+            if state is not None and state.where == "in-flight":
+                log.info("running a record claimed by a call whose reply was lost", id=record_id)
+                self._start(state.record)
+        self._claim_lost = False
+
+    def _start(self, record: Record) -> None:
+        if self._observe_claim is not None:
+            self._observe_claim(record)
+        if self._held[record.id]:
+            self.settler.claimed_again(record.id)
+        self._held[record.id] += 1
+        self._running += 1
+        task = asyncio.create_task(self._run(record), name=f"record {record.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, record: Record) -> None:
+        started = time.monotonic()
+        try:
+            failure = await run_actions(self.actions, record, self._deadlines, self._observe_action)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # our shutdown: the record stays claimed, and release gives it back
+            # A cancellation from inside an action (a library cancelling its own future) is the action failing;
+            # left unsettled, the record would sit in our processing list, its slot lost, while we live.
+            failure = "action was cancelled from within"
+        finally:
+            self._running -= 1
+            self.wake()
+        if failure is None:
+            self.settler.succeeded(record, time.monotonic() - started)
+        else:
+            log.warning("action failed", id=record.id, path=record.path, error=failure)
+            self.settler.failed(record, failure)
+
+    def _slots_freed(self, ids: list[str]) -> None:
+        self._held.subtract(ids)
+        self._held = +self._held  # drops the ids now at zero
+        self.wake()
+
+    def _note_action_flag(self, off: bool) -> None:
+        if off != self._action_off:
+            self._action_off = off
+            log.info("action is off; claiming nothing until it is on" if off else "action is on; claiming")
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait by choice: nothing to claim, action off, or Redis away."""
+        with self._pulse.resting(), contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()

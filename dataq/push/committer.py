@@ -1,0 +1,241 @@
+"""Group commit: every record the push daemon reads reaches Redis in a batch, and is answered only after.
+
+Connections parse their lines and hand them over as :class:`Submission` s (records and refusals, in line order).
+One :class:`Committer` task takes everything pending (up to ``batch_max`` records) and stores it with one
+round trip, so a pipelining feeder is not held to one round trip per record, while a feeder that waits for
+each reply gets its reply as soon as its batch is stored. A second batch may go to Redis while the first is
+there (never with records of the same connection). Submissions are answered in the order they came, which
+keeps each connection's replies in line order; the backlog of unanswered lines is bounded.
+
+When Redis fails, the committer retries the same batch, with the same push time and sources, until it is
+stored (the store reports a record the lost attempt stored as pushed, not as a duplicate): nothing is
+acknowledged that Redis does not hold, and a valid line never gets an ``Error`` for a Redis problem. Any other
+exception is a bug: it ends the committer, and with it the daemon (its supervisor sees to that); the records
+stay unanswered, and their feeders send them again to the restarted daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from dataq.errors import StoreError
+from dataq.logs import get_logger
+from dataq.protocol import error_reply, ignored_reply, pushed_reply
+from dataq.push.gate import BLOCK_BACKLOG, BLOCK_REDIS, Gate
+from dataq.record import Record
+from dataq.runtime.backoff import Backoff
+from dataq.runtime.supervise import Pulse
+from dataq.store import QueueStore
+
+PIPELINE_DEPTH = 2
+"""Batches at Redis at once (see :meth:`Committer.run`)."""
+BACKLOG_LIMIT = 100_000
+"""Entries waiting for the committer above which the daemon stops reading every socket (bounds memory)."""
+BACKLOG_RESUME = BACKLOG_LIMIT // 2
+"""Entries below which reading resumes after :data:`BACKLOG_LIMIT` was hit (hysteresis: no flapping)."""
+
+log = get_logger()
+_stdlib_log = logging.getLogger(__name__)
+
+
+class ReplySink(Protocol):
+    """Where a submission's replies go: one feeder connection."""
+
+    peer: str
+
+    def deliver(self, payload: bytes, count: int) -> None:
+        """Send ``payload`` (the replies to ``count`` lines) to the peer, if it is still connected."""
+
+
+@dataclass(slots=True)
+class Submission:
+    """Lines of one connection in order: a parsed Record, or the message of a refused line (a str)."""
+
+    sink: ReplySink
+    entries: list[Record | str]
+    records: int
+    """How many entries are Records."""
+
+
+@dataclass(slots=True)
+class CommitStats:
+    pushed: int = 0
+    ignored: int = 0
+    errors: int = 0
+    batches: int = 0
+
+
+class Committer:
+    """The one task of a push daemon that writes records to Redis and answers feeders."""
+
+    def __init__(
+        self,
+        store: QueueStore,
+        gate: Gate,
+        *,
+        batch_max: int,
+        after_batch: Callable[[int], Awaitable[None]],
+        depth: int = PIPELINE_DEPTH,
+    ) -> None:
+        """The committer closes ``gate`` while Redis fails and while the backlog is above :data:`BACKLOG_LIMIT`
+        (until it falls under :data:`BACKLOG_RESUME`); ``after_batch`` gets the active list's length after each
+        stored batch."""
+        self.store = store
+        self.gate = gate
+        self.batch_max = batch_max
+        self.depth = depth
+        self.stats = CommitStats()
+        self.pulse = Pulse()
+        """Turns with every batch and every attempt at one; rests while there is nothing to commit."""
+        self._after_batch = after_batch
+        self._pending: deque[Submission] = deque()
+        self._backlog = 0
+        self._full = False
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def backlog(self) -> int:
+        """Entries submitted and not answered yet."""
+        return self._backlog
+
+    def submit(self, sink: ReplySink, entries: list[Record | str], records: int) -> None:
+        self._pending.append(Submission(sink, entries, records))
+        self._backlog += len(entries)
+        self._idle.clear()
+        self._wakeup.set()
+        if not self._full and self._backlog >= BACKLOG_LIMIT:
+            self._full = True
+            self.gate.block(BLOCK_BACKLOG)
+
+    async def drain(self, grace: float) -> bool:
+        """Wait until every submission is answered; False if ``grace`` seconds were not enough."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        except TimeoutError:
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Commit forever (until cancelled), keeping up to ``depth`` batches at Redis at once.
+
+        A second batch in flight lets Redis run one batch while this process answers the previous one and
+        packs the next, instead of each waiting for the other. Batches at Redis at the same time never hold
+        records of the same connection: Redis may finish a later batch first (it reads a big command in
+        pieces), and a feeder's records must enter the queue in the order it sent them. Answers go out in
+        submission order.
+        """
+        commits: deque[tuple[list[Submission], asyncio.Task[_Stored | None]]] = deque()
+        wake = self._wakeup
+        try:
+            while True:
+                while self._pending and len(commits) < self.depth:
+                    taken = self._take({s.sink for batch, _ in commits for s in batch})
+                    if taken is None:
+                        break
+                    task = asyncio.create_task(self._store(*taken))
+                    task.add_done_callback(lambda _: wake.set())
+                    commits.append((taken[0], task))
+                if commits and commits[0][1].done():
+                    batch, task = commits.popleft()
+                    await self._finish(batch, task.result())
+                    continue
+                # Woken by a submission or a finished batch; nothing can happen between the checks and here.
+                wake.clear()
+                if commits:
+                    await wake.wait()
+                else:
+                    self._idle.set()
+                    with self.pulse.resting():
+                        await wake.wait()
+                self.pulse.beat()
+        finally:
+            for _, task in commits:
+                task.cancel()
+
+    async def _finish(self, batch: list[Submission], stored: _Stored | None) -> None:
+        self._answer(batch, stored.pushed if stored else [])
+        if self._full and self._backlog < BACKLOG_RESUME:
+            self._full = False
+            self.gate.block(BLOCK_BACKLOG, False)
+        if stored:
+            await self._after_batch(stored.active_length)
+
+    def _take(self, busy: set[ReplySink]) -> tuple[list[Submission], int] | None:
+        """The oldest submissions, up to ``batch_max`` records, stopping at one whose connection has records at
+        Redis (``busy``); None if the oldest is such a one."""
+        pending = self._pending
+        if pending[0].sink in busy:
+            return None
+        batch = [pending.popleft()]
+        records = batch[0].records
+        while pending and records + pending[0].records <= self.batch_max and pending[0].sink not in busy:
+            submission = pending.popleft()
+            batch.append(submission)
+            records += submission.records
+        return batch, records
+
+    async def _store(self, batch: list[Submission], records: int) -> _Stored | None:
+        """Store the batch's records, retrying until Redis has them (None if the batch holds none)."""
+        if not records:
+            return None
+        items = [(e, s.sink.peer) for s in batch for e in s.entries if not isinstance(e, str)]
+        # One push time for every attempt: it is what lets the store recognise a retried write.
+        now = time.time()
+        backoff = Backoff()
+        while True:
+            self.pulse.beat()
+            try:
+                result = await self.store.push_records(items, now=now, retry=backoff.attempt > 0)
+            except StoreError as exc:
+                if backoff.attempt == 0:
+                    log.warning("cannot store records; holding their replies and retrying", error=str(exc),
+                                records=len(items))
+                    self.gate.block(BLOCK_REDIS)
+                await backoff.wait()
+                continue
+            if backoff.attempt:
+                log.info("records stored again after a failure", records=len(items), attempts=backoff.attempt + 1)
+                self.gate.block(BLOCK_REDIS, False)
+            return _Stored(result.pushed, result.active_length)
+
+    def _answer(self, batch: list[Submission], pushed: list[bool]) -> None:
+        stats = self.stats
+        stats.batches += 1
+        debug = _stdlib_log.isEnabledFor(logging.DEBUG)
+        index = 0
+        for submission in batch:
+            parts: list[str] = []
+            peer = submission.sink.peer
+            for entry in submission.entries:
+                if isinstance(entry, str):
+                    parts.append(error_reply(entry))
+                    stats.errors += 1
+                    continue
+                checksum = entry.checksum
+                if pushed[index]:
+                    parts.append(pushed_reply(checksum))
+                    stats.pushed += 1
+                    if debug:
+                        log.debug("pushed", id=checksum, path=entry.path, size=entry.size, peer=peer)
+                else:
+                    parts.append(ignored_reply(checksum))
+                    stats.ignored += 1
+                    log.warning("ignored a duplicate: the id is already tracked", id=checksum, path=entry.path,
+                                peer=peer)
+                index += 1
+            self._backlog -= len(submission.entries)
+            submission.sink.deliver("".join(parts).encode(), len(submission.entries))
+
+
+@dataclass(slots=True)
+class _Stored:
+    pushed: list[bool]
+    active_length: int

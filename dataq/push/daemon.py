@@ -1,0 +1,273 @@
+"""The push daemon: feeders send record lines over TCP, the daemon acknowledges each once Redis holds it.
+
+Its life, top to bottom (:meth:`PushDaemon.run`): listen; read the ``read`` flag and follow it (pub/sub notices
+for immediacy, a poll as safety net); commit records in groups (:mod:`dataq.push.committer`) and answer each
+line (:mod:`dataq.push.listener`); heartbeat into the worker registry; on SIGTERM/SIGINT stop accepting, answer
+what was read, close. When the active queue grows past ``max_queue_size`` the daemon turns ``read`` off itself
+and, with ``push.resume_below`` set, back on once the queue has drained below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import cast
+
+from dataq.config import PushSettings, QueueSettings, Settings
+from dataq.embedded.locate import resolve_redis
+from dataq.errors import ConfigError, DataqError, StoreError
+from dataq.logs import get_logger
+from dataq.ops.daemon_ops import DaemonOps
+from dataq.ops.notices import Notifier, read_off_notice
+from dataq.push.committer import Committer
+from dataq.push.gate import BLOCK_READ_OFF, BLOCK_STARTING, Gate
+from dataq.push.listener import Listener
+from dataq.runtime.identity import make_worker_id
+from dataq.runtime.signals import install_stop_signals
+from dataq.runtime.supervise import Supervisor, every
+from dataq.runtime.systemd import STALL_AFTER
+from dataq.store import Flag, QueueStore
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""A part of the daemon failed of a bug (logged); systemd, or ``dataq run``, starts it afresh."""
+DRAIN_TIMEOUT = 10.0
+"""Seconds shutdown waits for lines already read to be stored and answered (longer only if Redis is down,
+and then the unanswered records are sent again by their feeders)."""
+CLOSE_TIMEOUT = 2.0
+"""Seconds shutdown waits for connections to flush their last replies before aborting them."""
+REAP_INTERVAL_MAX = 1.0
+"""Longest pause between two sweeps for idle connections."""
+TLS_HANDSHAKE_TIMEOUT = 30.0
+"""Seconds a feeder has to complete the TLS handshake (less if ``idle_timeout`` is shorter)."""
+AUTO_WHO = "push:auto"
+"""Who the daemon says it is when it switches ``read`` itself (in the queue's event stream)."""
+REENABLE_HINT = "dataq-cli --read on"
+
+log = get_logger()
+
+
+def server_tls_context(push: PushSettings) -> ssl.SSLContext | None:
+    """The listener's TLS context (None without ``tls_cert``); with ``tls_ca``, clients must show a certificate."""
+    if push.tls_cert is None or push.tls_key is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(push.tls_cert, push.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"push.tls_cert, push.tls_key: cannot load {push.tls_cert} with {push.tls_key}: {exc}") \
+            from exc
+    if push.tls_ca is not None:
+        try:
+            context.load_verify_locations(cafile=push.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"push.tls_ca: cannot load {push.tls_ca}: {exc}") from exc
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class PushDaemon:
+    """One queue's push daemon; build it with a store, then ``await run()``."""
+
+    def __init__(self, settings: Settings, queue: QueueSettings, store: QueueStore, stop: asyncio.Event, *,
+                 notifier: Notifier | None = None) -> None:
+        self.settings, self.queue, self.store, self.stop = settings, queue, store, stop
+        push = settings.push
+        self.worker_id = make_worker_id("push")
+        self.tls = server_tls_context(push)
+        self.gate = Gate()
+        self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch)
+        self.listener = Listener(
+            self.committer,
+            self.gate,
+            rules=queue.rules,
+            max_line_bytes=push.max_line_bytes,
+            max_connections=push.max_connections,
+            batch_max=push.batch_max,
+            idle_timeout=push.idle_timeout,
+            tls=self.tls is not None,
+        )
+        self.ops = DaemonOps(settings, queue.name, "push", self._totals, notifier=notifier)
+        self.supervisor = Supervisor(stop)
+        self.read_on = False
+        self.auto_off = False
+        """True while ``read`` is off because this daemon turned it off (the queue was full)."""
+        self._cutoff_unsaved = False
+        """The daemon turned ``read`` off locally but Redis does not know yet (set_flag failed)."""
+        self._notice_seq = 0
+        self._started = time.time()
+        self._listen = ""
+
+    def _totals(self) -> Mapping[str, int]:
+        stats = self.committer.stats
+        return {"pushed": stats.pushed, "duplicate": stats.ignored, "input_error": stats.errors}
+
+    async def run(self, ready: Callable[[tuple[str, int]], None] | None = None) -> int:
+        """Serve until the stop event; returns the exit status (non-zero when a part failed of a bug)."""
+        push = self.settings.push
+        port = self.settings.push_port_for(self.queue.name)
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                self.listener.protocol_factory, push.host, port, ssl=self.tls, reuse_address=True,
+                ssl_handshake_timeout=min(TLS_HANDSHAKE_TIMEOUT, push.idle_timeout) if self.tls else None,
+            )
+        except OSError as exc:
+            raise DataqError(f"cannot listen on {push.host}:{port}: {exc.strerror or exc}") from exc
+        host, bound_port = server.sockets[0].getsockname()[:2]
+        self._listen = f"{host}:{bound_port}"
+        supervisor = self.supervisor
+        await self.ops.start(self.store, supervisor, until=self.stop,
+                             liveness=[lambda: self.committer.pulse.alive(STALL_AFTER)])
+        committing = supervisor.start("push-committer", self.committer.run)
+        supervisor.start("push-flags", self._follow_flags)
+        supervisor.start("push-heartbeat", self._housekeeping)
+        supervisor.start("push-reaper", self._reap_idle)
+        log.info("push daemon listening", queue=self.queue.name, listen=self._listen, tls=self.tls is not None,
+                 mutual_tls=self.settings.push.tls_ca is not None, worker=self.worker_id)
+        await self.ops.ready(f"listening on {self._listen} for queue {self.queue.name}")
+        if ready is not None:
+            ready((host, bound_port))
+        try:
+            await self.stop.wait()
+        finally:
+            # 1. No new feeders: the listening socket goes first.
+            server.close()
+            # 2. Stop reading, and let every line already read be stored and answered (unless the committer died:
+            #    then nothing more will be, and the feeders send the unanswered lines again).
+            self.listener.begin_shutdown()
+            if committing.done() or not await self.committer.drain(DRAIN_TIMEOUT):
+                log.warning("shutting down with records unanswered; their feeders will send them again",
+                            backlog=self.committer.backlog)
+            # 3. Close connections once their last replies are flushed, send the last notices, then end the
+            #    background loops.
+            await self.listener.close_all(CLOSE_TIMEOUT)
+            await self.ops.close()
+            await supervisor.cancel()
+            with contextlib.suppress(StoreError):
+                await self.store.unregister(self.worker_id)
+            stats = self.committer.stats
+            log.info("push daemon stopped", pushed=stats.pushed, ignored=stats.ignored, errors=stats.errors)
+        return EXIT_OK if supervisor.failed is None else EXIT_FAILED
+
+    # --- the read flag ------------------------------------------------------------------------------------
+
+    def _set_read(self, on: bool, how: str) -> None:
+        if on:
+            self.auto_off = False
+        if on != self.read_on or self.gate.blocks(BLOCK_STARTING):
+            log.info("read flag " + ("on" if on else "off"), how=how)
+        self.read_on = on
+        self.gate.block(BLOCK_READ_OFF, not on)
+        self.gate.block(BLOCK_STARTING, False)
+
+    async def _follow_flags(self) -> None:
+        """Notices switch ``read`` at once; on every (re)subscription the flags are read again, since notices
+        sent while the connection was down are lost."""
+        # An async generator (typed as an iterator): closed here, so its pub/sub connection goes at once.
+        notices = cast(AsyncGenerator[str, None], self.store.notices(work=False))
+        try:
+            await self._poll_flags("start")
+            async for notice in notices:
+                if notice.startswith("flag:read:"):
+                    self._notice_seq += 1
+                    self._set_read(notice.endswith(":on"), "notice")
+        finally:
+            await notices.aclose()
+
+    async def _poll_flags(self, how: str) -> None:
+        seq = self._notice_seq
+        flags = await self.store.flags()
+        # A notice that arrived while this read was under way is newer than its answer.
+        if seq == self._notice_seq and not self._cutoff_unsaved:
+            self._set_read(flags[Flag.READ], how)
+
+    async def _after_batch(self, active_length: int) -> None:
+        limit = self.queue.max_queue_size
+        if active_length <= limit or not self.read_on:
+            return
+        self._set_read(False, "queue full")
+        self.auto_off = True
+        log.warning(f"the active queue is full; read turned off. To re-enable: {REENABLE_HINT}", active=active_length,
+                    max_queue_size=limit, queue=self.queue.name,
+                    resumes_below=self.settings.push.resume_below)
+        self._cutoff_unsaved = True
+        self.ops.notifier.post(read_off_notice(self.queue.name, active_length, limit, self.settings.push.resume_below))
+        await self._save_cutoff()
+
+    async def _save_cutoff(self) -> None:
+        try:
+            await self.store.set_flag(Flag.READ, False, who=AUTO_WHO)
+        except StoreError as exc:
+            log.warning("cannot turn read off in Redis yet; retrying", error=str(exc))
+        else:
+            self._cutoff_unsaved = False
+
+    async def _maybe_resume(self) -> None:
+        resume_below = self.settings.push.resume_below
+        if resume_below is None or not self.auto_off or self.read_on or self._cutoff_unsaved:
+            return
+        active = (await self.store.summary()).active
+        if active < resume_below:
+            await self.store.set_flag(Flag.READ, True, who=AUTO_WHO)
+            log.info("the active queue drained; read turned back on", active=active, resume_below=resume_below)
+            self._set_read(True, "queue drained")
+
+    # --- background loops ---------------------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        push = self.settings.push
+        info: dict[str, object] = {
+            "role": "push", "host": socket.gethostname(), "pid": os.getpid(), "queue": self.queue.name,
+            "listen": self._listen, "started": self._started, "metrics": self.ops.metrics_url,
+        }
+        async for _ in every(push.heartbeat_interval, self.stop):
+            stats = self.committer.stats
+            await self.store.heartbeat(self.worker_id, info, {
+                "pushed": stats.pushed, "ignored": stats.ignored, "errors": stats.errors,
+                "connections": len(self.listener.connections), "accepted": self.listener.accepted,
+                "refused": self.listener.refused, "reading": self.gate.open, "blocked_by": self.gate.blocked_by,
+            }, ttl=push.heartbeat_ttl)
+            if self._cutoff_unsaved:
+                await self._save_cutoff()
+            await self._poll_flags("poll")
+            await self._maybe_resume()
+
+    async def _reap_idle(self) -> None:
+        interval = min(REAP_INTERVAL_MAX, self.settings.push.idle_timeout / 2)
+        loop = asyncio.get_running_loop()
+        async for _ in every(interval, self.stop):
+            self.listener.reap_idle(loop.time())
+
+
+async def run_push_daemon(
+    settings: Settings,
+    queue: str,
+    *,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[tuple[str, int]], None] | None = None,
+    notifier: Notifier | None = None,
+) -> int:
+    """Run the push daemon of ``queue`` until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None).
+
+    ``ready`` gets the bound (host, port) once the daemon serves. Returns the exit status.
+    """
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    queue_settings = settings.queue(queue)
+    handle = resolve_redis(settings)
+    store = QueueStore.open(settings, handle.url, queue_settings.name)
+    try:
+        return await PushDaemon(settings, queue_settings, store, stop, notifier=notifier).run(ready)
+    finally:
+        await store.close()
+
+
+__all__ = ["PushDaemon", "run_push_daemon", "server_tls_context"]

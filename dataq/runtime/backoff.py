@@ -1,0 +1,37 @@
+"""Capped exponential backoff with full jitter: how every retry loop of dataq waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+BACKOFF_INITIAL = 0.05
+"""First wait after a failure, in seconds: short, since most Redis hiccups are restarts."""
+BACKOFF_CAP = 5.0
+"""Longest wait between retries: an operator fixing Redis should not wait long for dataq to notice."""
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter (so a fleet does not retry in lock-step)."""
+
+    def __init__(self, initial: float = BACKOFF_INITIAL, cap: float = BACKOFF_CAP) -> None:
+        self.initial, self.cap = initial, cap
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.initial * 2**self.attempt)
+        self.attempt += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def wait(self, stop: asyncio.Event | None = None) -> None:
+        """Sleep the next delay, or less if ``stop`` is set meanwhile."""
+        delay = self.next_delay()
+        if stop is None:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+
+    def reset(self) -> None:
+        self.attempt = 0

@@ -1,0 +1,137 @@
+"""Supervised background tasks: every loop a daemon runs beside its main one is started, watched and cancelled here.
+
+A loop that loses Redis (StoreUnavailable) is run again after a backoff: an outage is the normal life of a
+daemon. A loop that raises anything else has a bug, and a daemon running on without one of its parts (a push
+daemon without its committer, with every feeder stalled) is worse than no daemon: the supervisor logs the
+traceback and sets the daemon's stop event, the daemon shuts down as it would on SIGTERM and exits non-zero
+(:attr:`Supervisor.failed`), and systemd (or ``dataq run``) starts it afresh. A loop that returns before it was
+told to stop has stopped unexpectedly, and counts as failed too.
+
+:class:`Pulse` is how a main loop proves to systemd's watchdog that it still turns (:mod:`dataq.runtime.systemd`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+from dataq.errors import StoreUnavailable
+from dataq.logs import get_logger
+from dataq.runtime.backoff import BACKOFF_CAP, Backoff
+
+CANCEL_ATTEMPTS = 3
+"""Times a background task is cancelled before it is given up on (redis-py can swallow one cancel)."""
+CANCEL_WAIT = 0.5
+"""Seconds to wait for background tasks after each cancel."""
+HEALTHY_RUN = BACKOFF_CAP * 2
+"""Seconds a loop must have run before its next outage counts as a new incident (backoff starts over)."""
+
+log = get_logger()
+
+Body = Callable[[], Awaitable[None]]
+
+
+class Supervisor:
+    """The background tasks of one daemon (see the module docstring). ``stop`` is the daemon's stop event."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.failed: str | None = None
+        """The name of the first task that failed of a bug (None while all are well)."""
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._tasks)
+
+    def start(self, name: str, body: Body, *, until: asyncio.Event | None = None) -> asyncio.Task[None]:
+        """Run ``body`` as task ``name`` until ``until`` (default: the stop event) is set, or it is cancelled."""
+        task = asyncio.create_task(self._run(name, body, until or self.stop), name=name)
+        self._tasks.append(task)
+        return task
+
+    async def _run(self, name: str, body: Body, until: asyncio.Event) -> None:
+        backoff = Backoff()
+        while True:
+            started = time.monotonic()
+            try:
+                await body()
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailable as exc:
+                log.warning("redis unavailable", loop=name, error=str(exc))
+            except Exception as exc:
+                self._fail(name, "raised an unexpected error", exc)
+                return
+            else:
+                if not until.is_set():
+                    self._fail(name, "ended before it was told to stop", None)
+                return
+            if until.is_set():
+                return
+            if time.monotonic() - started > HEALTHY_RUN:
+                backoff.reset()  # it ran well for a while: this is a new incident, not the same one
+            await backoff.wait(until)
+            if until.is_set():
+                return
+
+    def _fail(self, name: str, what: str, error: Exception | None) -> None:
+        log.error(f"background task {what}; stopping the daemon", task=name, exc_info=error)
+        if self.failed is None:
+            self.failed = name
+        self.stop.set()
+
+    async def cancel(self) -> None:
+        """Cancel every task and wait for them (see :func:`cancel_and_wait`)."""
+        await cancel_and_wait(self._tasks)
+
+
+async def every(interval: float, stop: asyncio.Event) -> AsyncIterator[float]:
+    """Yield about every ``interval`` seconds until ``stop`` is set (at once first)."""
+    while not stop.is_set():
+        yield time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait for them. A cancel can be swallowed (redis-py loses one that lands while a pub/sub
+    connection is being set up), so it is repeated a few times before giving up on a task."""
+    pending = {task for task in tasks if not task.done()}
+    for _ in range(CANCEL_ATTEMPTS):
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_WAIT)
+    if pending:
+        log.warning("background tasks did not stop", tasks=sorted(task.get_name() for task in pending))
+
+
+class Pulse:
+    """When a main loop last turned, and whether it is waiting by choice (nothing to do) rather than stuck."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last = clock()
+        self._resting = 0
+
+    def beat(self) -> None:
+        """The loop turned (took work, finished a step, or retried after a failure)."""
+        self._last = self._clock()
+
+    @contextlib.contextmanager
+    def resting(self) -> Iterator[None]:
+        """Inside, the loop waits because it has nothing to do: however long, that is no stall."""
+        self._resting += 1
+        try:
+            yield
+        finally:
+            self._resting -= 1
+            self.beat()
+
+    def alive(self, within: float) -> bool:
+        """The loop rests by choice, or turned within the last ``within`` seconds."""
+        return self._resting > 0 or self._clock() - self._last <= within

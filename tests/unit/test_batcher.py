@@ -1,0 +1,114 @@
+"""The micro-batcher: concurrent runs become batches cut by size or age, and each run gets its own outcome."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dataq.actions.archive.batcher import MicroBatcher
+
+NEVER = 3600.0
+"""A batch age no test waits for: were a batch not cut otherwise, the test would time out."""
+
+
+class Recorder:
+    """A batch handler that records each batch and answers ``item * 10`` (or fails on a poisoned batch); while
+    ``hold`` is set, each batch waits for ``release``."""
+
+    def __init__(self, hold: bool = False) -> None:
+        self.batches: list[list[int]] = []
+        self.running = 0
+        self.most_running = 0
+        self.release = asyncio.Event()
+        if not hold:
+            self.release.set()
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await self.release.wait()
+            if -1 in items:
+                raise RuntimeError("poisoned batch")
+            return [item * 10 for item in items]
+        finally:
+            self.running -= 1
+
+
+async def settle() -> None:
+    """Let every task that can run do so."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_full_batch_is_cut_at_once_and_each_caller_gets_its_own_result() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=3, age=NEVER)
+    assert await asyncio.gather(*(batcher.submit(n) for n in range(3))) == [0, 10, 20]
+    assert handler.batches == [[0, 1, 2]]
+
+
+async def test_a_partial_batch_is_cut_batch_age_after_its_first_item_not_its_last() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.3)
+    loop = asyncio.get_running_loop()
+    assert batcher.cut_at is None
+    first = asyncio.create_task(batcher.submit(1))
+    await settle()
+    assert batcher.cut_at is not None
+    cut_at = batcher.cut_at
+    second = asyncio.create_task(batcher.submit(2))
+    await settle()
+    assert batcher.cut_at == cut_at  # a later item does not put the cut off
+    assert await asyncio.gather(first, second) == [10, 20]
+    assert loop.time() >= cut_at
+    assert handler.batches == [[1, 2]]
+    assert batcher.cut_at is None
+
+
+async def test_more_items_than_a_batch_make_several_batches_in_order() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=4, age=0.1)
+    assert await asyncio.gather(*(batcher.submit(n) for n in range(10))) == [n * 10 for n in range(10)]
+    assert handler.batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+async def test_at_most_in_flight_batches_run_at_once() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=1, age=NEVER, in_flight=2)
+    results = asyncio.gather(*(batcher.submit(n) for n in range(5)))
+    await settle()
+    assert (handler.running, len(handler.batches)) == (2, 2)
+    handler.release.set()
+    assert await results == [0, 10, 20, 30, 40]
+    assert handler.most_running == 2 and len(handler.batches) == 5
+
+
+async def test_a_failing_batch_fails_its_own_callers_only() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=2, age=NEVER)
+    outcomes = await asyncio.gather(*(batcher.submit(n) for n in (1, -1, 3, 4)), return_exceptions=True)
+    assert [type(o).__name__ if isinstance(o, BaseException) else o for o in outcomes] == \
+        ["RuntimeError", "RuntimeError", 30, 40]
+
+
+async def test_a_caller_cancelled_before_its_batch_runs_is_left_out_of_it() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=10, age=NEVER)
+    leaving = asyncio.create_task(batcher.submit(1))
+    staying = asyncio.create_task(batcher.submit(2))
+    await settle()
+    leaving.cancel()
+    await settle()
+    batcher.flush()
+    assert await staying == 20
+    assert handler.batches == [[2]]
+
+
+async def test_drain_cuts_the_pending_batch_without_waiting_for_its_age() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=10, age=NEVER)
+    pending = asyncio.create_task(batcher.submit(5))
+    await settle()
+    await batcher.drain()
+    assert await pending == 50

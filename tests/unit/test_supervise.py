@@ -1,0 +1,108 @@
+"""Supervised background tasks: an outage is waited out, a bug stops the daemon, and a loop proves it turns."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from structlog.testing import capture_logs
+
+from dataq.errors import StoreUnavailable
+from dataq.runtime import supervise
+from dataq.runtime.supervise import Pulse, Supervisor
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = supervise.Backoff
+    monkeypatch.setattr(supervise, "Backoff", lambda: real(initial=0.001, cap=0.002))
+
+
+async def test_a_loop_that_loses_redis_is_run_again_until_it_succeeds() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    attempts = 0
+
+    async def flaky() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise StoreUnavailable("Redis is unavailable: refused")
+        stop.set()  # done: as a loop that ends because it was told to
+
+    with capture_logs() as logs:
+        await asyncio.wait_for(supervisor.start("flaky", flaky), 5)
+    assert attempts == 3 and supervisor.failed is None
+    assert [entry["event"] for entry in logs].count("redis unavailable") == 2
+
+
+async def test_a_loop_that_raises_a_bug_stops_the_daemon_and_is_named() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    ran_again = False
+
+    async def buggy() -> None:
+        nonlocal ran_again
+        if stop.is_set():
+            ran_again = True
+        raise KeyError("a bug")
+
+    with capture_logs() as logs:
+        await asyncio.wait_for(supervisor.start("committer", buggy), 5)
+    assert stop.is_set() and supervisor.failed == "committer" and not ran_again
+    (failure,) = [entry for entry in logs if entry["log_level"] == "error"]
+    assert failure["task"] == "committer" and isinstance(failure["exc_info"], KeyError)
+
+
+async def test_a_loop_that_ends_before_it_is_told_to_is_a_failure_too() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+
+    async def quits() -> None:
+        return None
+
+    await asyncio.wait_for(supervisor.start("reaper", quits), 5)
+    assert supervisor.failed == "reaper" and stop.is_set()
+
+
+async def test_the_first_failure_is_the_one_named_and_cancel_ends_the_rest() -> None:
+    stop, halt = asyncio.Event(), asyncio.Event()
+    supervisor = Supervisor(stop)
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    async def buggy() -> None:
+        raise RuntimeError("first")
+
+    supervisor.start("forever", forever, until=halt)
+    await asyncio.wait_for(supervisor.start("first", buggy), 5)
+    await asyncio.wait_for(supervisor.start("second", buggy), 5)
+    assert supervisor.failed == "first"
+    await supervisor.cancel()
+    assert all(task.done() for task in supervisor.tasks)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_pulse_is_alive_while_its_loop_turns_or_rests_and_stalled_otherwise() -> None:
+    clock = Clock()
+    pulse = Pulse(clock)
+    clock.now = 30.0
+    assert pulse.alive(within=60)
+    clock.now = 61.0
+    assert not pulse.alive(within=60)  # stuck in one step for over a minute
+    pulse.beat()
+    assert pulse.alive(within=60)
+    with pulse.resting():
+        clock.now = 10_000.0  # waiting for work, however long, is no stall
+        assert pulse.alive(within=60)
+    assert pulse.alive(within=60)  # leaving the rest counts as a turn
+    clock.now = 10_061.0
+    assert not pulse.alive(within=60)
