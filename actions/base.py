@@ -6,8 +6,8 @@ returns when the record is done and raises :class:`~dataq.errors.ActionError` sa
 other exception counts as a failure too (and is logged with its traceback, as it is probably a bug).
 
 An action gets its options and an :class:`ActionContext`: the queue's settings, how many records its pop daemon
-runs at once, and the daemon's store (for leases: one writer at a time for work outside Redis). It has no other
-way to Redis, and no settings of other sections.
+runs at once, and leases (one writer at a time for work outside Redis, such as a catalog). It has no other way
+to Redis, and no settings of other sections.
 
 Options fields may be ``str``, ``int``, ``float``, ``bool``, ``tuple[...]`` of those, or ``X | None``; a field
 without a default is a required key. An options field named ``timeout`` (seconds, None = the queue's
@@ -17,12 +17,20 @@ without a default is a required key. An options field named ``timeout`` (seconds
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataq.config import QueueSettings
 from dataq.record import Record
-from dataq.store import QueueStore
+
+
+class Leases(Protocol):
+    """Named single-writer leases of the queue (the pop daemon's store provides them)."""
+
+    def lease(self, name: str, *, ttl: float, wait: float) -> AbstractAsyncContextManager[None]:
+        """Hold lease ``name`` inside the block; LeaseLost if not taken within ``wait`` s or found lost after."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +45,8 @@ class ActionContext:
     queue: QueueSettings
     concurrency: int
     """Records the pop daemon runs at once (an action that batches records sizes its batches by it)."""
-    store: QueueStore
-    """The pop daemon's store of the queue: for :meth:`~dataq.store.QueueStore.lease`."""
+    leases: Leases
+    """The queue's leases (:meth:`dataq.store.QueueStore.lease`)."""
 
 
 OptionsT = TypeVar("OptionsT")
@@ -48,7 +56,8 @@ class Action(Generic[OptionsT]):
     """Base class of actions; ``start`` and ``close`` are no-ops unless an action needs them."""
 
     name: ClassVar[str] = ""
-    """The name a queue's ``actions`` list uses (and the entry-point name in the group ``dataq.actions``)."""
+    """The name a queue's ``actions`` list uses: dataq's own are listed in :data:`dataq.actions.registry.BUILTIN`,
+    a site's are the names of its entry points in the group ``dataq.actions``."""
     Options: ClassVar[type[Any]] = NoOptions
     """The frozen dataclass of this action's options."""
     inline_option: ClassVar[str | None] = None

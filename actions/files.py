@@ -177,7 +177,7 @@ def _copy_into(dir_fd: int, temp: str, record: Record, algorithm: str, abort: th
             raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
         target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
         with open(target, "wb", closefd=True) as out:
-            digest = hashlib.new(algorithm)
+            digest = hashlib.new(algorithm, usedforsecurity=False)
             read = 0
             while chunk := os.read(source, CHUNK_BYTES):
                 if abort is not None and abort.is_set():

@@ -63,6 +63,7 @@ from dataq.feed.client import Feeder
 from dataq.logs import get_logger
 from dataq.protocol import ReplyKind
 from dataq.record import Record
+from dataq.runtime.children import die_with_parent
 
 from .base import Action
 from .files import SourceMismatch, check_source_sync, in_thread, remove_source_sync
@@ -178,12 +179,14 @@ class Completed:
 async def run_command(argv: list[str]) -> Completed:
     """Run ``argv`` (never through a shell) to completion; a cancelled caller kills its whole process group.
 
-    rsync forks helpers (its receiver, ssh), so the group is killed, not only the process we started.
+    rsync forks helpers (its receiver, ssh), so the group is killed, not only the process we started. A pop
+    daemon that dies (SIGKILL, a forced exit) cannot kill it: the kernel sends it SIGTERM then, so no transfer
+    runs on without the daemon that would record it.
     """
     try:
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM),
         )
     except OSError as exc:
         raise ActionError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc

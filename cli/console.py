@@ -24,6 +24,7 @@ from .operations import DEFAULT_EVENTS, PLAN, Context, Request, execute
 from .options import (
     EXIT_CONFIG,
     EXIT_FAILURE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -33,8 +34,6 @@ from .options import (
 )
 from .render import Renderer
 
-EXIT_INTERRUPTED = 130
-"""Ctrl-C outside --follow, the status a shell reports for a process killed by SIGINT."""
 HELP_WIDTH = 100
 ON_OFF = click.Choice(["on", "off"])
 LIST_CHOICES = ("active", "inactive", "records")

@@ -10,13 +10,10 @@ from typing import Any
 import click
 
 from dataq import __version__
-from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
+from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, EXIT_INTERRUPTED, config_option, load_or_exit, queue_option
 from dataq.config import MAX_PORT, Settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging
-
-EXIT_INTERRUPTED = 130
-"""Ctrl-C before the suite was up (the embedded redis-server still loading its AOF)."""
 
 
 def _logging(settings: Settings, component: str) -> None:

@@ -17,6 +17,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_CONFIG = 3
 EXIT_UNAVAILABLE = 4
+EXIT_INTERRUPTED = 130
+"""Interrupted by Ctrl-C: the status a shell reports for a process killed by SIGINT."""
 
 
 def config_option(func: F) -> F:

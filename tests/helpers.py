@@ -36,7 +36,7 @@ def fake_store(queue: str = "transfer") -> QueueStore:
 
 def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
                    store: QueueStore | None = None) -> ActionContext:
-    """What a pop daemon gives its actions; by default a store on fakeredis."""
+    """What a pop daemon gives its actions; by default leases of a store on fakeredis."""
     queue = queue or QueueSettings("transfer")
     return ActionContext(queue, concurrency, store or fake_store(queue.name))
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from dataq.config import PopSettings, PushSettings, QueueSettings, RedisSettings, Settings
+from dataq.config import PushSettings, QueueSettings, RedisSettings, Settings
 from dataq.push.daemon import run_push_daemon
 from dataq.record import Record, format_line
 from dataq.store import QueueList, QueueStore
@@ -31,20 +31,17 @@ LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT = 20.0
 REPLY_TIMEOUT = 10.0
 WAIT_TIMEOUT = 20.0
-FAST_POP = PopSettings(heartbeat_interval=0.1, heartbeat_ttl=1.0)
+FAST_HEARTBEAT = {"heartbeat_interval": 0.1, "heartbeat_ttl": 1.0}
 """Heartbeats (and so the read-flag poll and the resume check) every 0.1 s."""
 
 
-def push_settings(redis_url: str, data_dir: Path, *, max_queue_size: int = 1_000_000, pop: PopSettings = FAST_POP,
-                  **push: Any) -> Settings:
-    """Settings for an in-process daemon on an ephemeral loopback port (``pop`` sets its heartbeat and poll)."""
-    push.setdefault("port", 0)
-    push.setdefault("host", LOOPBACK)
+def push_settings(redis_url: str, data_dir: Path, *, max_queue_size: int = 1_000_000, **push: Any) -> Settings:
+    """Settings for an in-process daemon on an ephemeral loopback port, heartbeating fast unless told."""
+    push = {"port": 0, "host": LOOPBACK, **FAST_HEARTBEAT, **push}
     return Settings(
         data_dir=str(data_dir),
         redis=RedisSettings(url=redis_url, socket_timeout=1.0),
         push=PushSettings(**push),
-        pop=pop,
         queues={QUEUE: QueueSettings(QUEUE, max_queue_size=max_queue_size)},
     )
 

@@ -295,8 +295,8 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
                       ) -> set[str]:
         """Append the batch's rows holding the queue's catalog lease (waiting for another writer up to the
         action's timeout)."""
-        async with self._commit_lock, self.context.store.lease(LEASE_NAME, ttl=self.options.lease_ttl,
-                                                               wait=self.timeout):
+        async with self._commit_lock, self.context.leases.lease(LEASE_NAME, ttl=self.options.lease_ttl,
+                                                                wait=self.timeout):
             return await asyncio.to_thread(job.commit, archived, seen)
 
 

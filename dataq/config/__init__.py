@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
-from dataq.config.loader import load_options
-from dataq.config.operators import MAX_PORT, MailSettings, MetricsSettings
+from dataq.config.loader import MAX_PORT, load_options
+from dataq.config.operators import MailSettings, MetricsSettings
 from dataq.config.schema import (
     APPENDFSYNC_CHOICES,
     CONFIG_ENV,
+    DEFAULT_APPENDFSYNC,
     DEFAULT_QUEUE,
     ENV_OVERRIDES,
+    REDIS_URL_SCHEMES,
     EventSettings,
     LogSettings,
     PopSettings,
@@ -27,9 +29,11 @@ from dataq.config.schema import (
 __all__ = [
     "APPENDFSYNC_CHOICES",
     "CONFIG_ENV",
+    "DEFAULT_APPENDFSYNC",
     "DEFAULT_QUEUE",
     "ENV_OVERRIDES",
     "MAX_PORT",
+    "REDIS_URL_SCHEMES",
     "EventSettings",
     "LogSettings",
     "MailSettings",

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataq.config.loader import Invalid, Section, setting
+from dataq.config.loader import MAX_PORT, Invalid, Section, setting
 
-MAX_PORT = 65535
-"""The highest TCP port."""
 MAIL_SECURITY_CHOICES = ("none", "starttls", "tls")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from dataq.config.loader import (
     FILLED,
+    MAX_PORT,
     ROLE_KEY,
     SUB_TABLES,
     Invalid,
@@ -41,7 +42,7 @@ from dataq.config.loader import (
     setting,
     together,
 )
-from dataq.config.operators import MAX_PORT, MailSettings, MetricsSettings
+from dataq.config.operators import MailSettings, MetricsSettings
 from dataq.errors import ConfigError, InvalidRecord
 from dataq.keys import QUEUE_NAME_PATTERN
 from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
@@ -58,8 +59,10 @@ DEFAULT_QUEUE = "transfer"
 """The one queue configured when the file defines none (the 2014 data-q's only queue)."""
 MIN_LINE_BYTES = 256
 """The smallest ``push.max_line_bytes``: shorter lines could not hold a record with a realistic path."""
-REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
+"""How dataq reaches Redis: plain TCP, TLS, or a unix socket."""
 APPENDFSYNC_CHOICES = ("always", "everysec", "no")
+DEFAULT_APPENDFSYNC = "always"
 """redis-server's ``appendfsync`` policies; ``always`` is the only one that loses no acknowledged record."""
 ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
 """An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
@@ -86,11 +89,11 @@ class RedisSettings(Section):
     """Private key of ``cert_file``."""
     socket_timeout: float = setting(5.0, gt=0)
     """Seconds a Redis command may take before the server counts as unavailable."""
-    appendfsync: str = setting("always", choices=APPENDFSYNC_CHOICES)
+    appendfsync: str = setting(DEFAULT_APPENDFSYNC, choices=APPENDFSYNC_CHOICES)
     """Embedded server only: when its append-only file is fsynced (``always`` loses no acknowledged record)."""
 
     def _check(self) -> None:
-        if self.url is not None and not self.url.startswith(REDIS_URL_SCHEMES):
+        if self.url is not None and not self.url.startswith(tuple(f"{scheme}://" for scheme in REDIS_URL_SCHEMES)):
             raise Invalid("url", f"{{key}} {self.url!r} must start with redis://, rediss:// or unix://")
         together(self, "cert_file", "key_file")
 

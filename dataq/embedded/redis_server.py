@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
-from dataq.config import APPENDFSYNC_CHOICES, MAX_PORT
+from dataq.config import APPENDFSYNC_CHOICES, DEFAULT_APPENDFSYNC, MAX_PORT
 from dataq.errors import EmbeddedRedisError
 from dataq.runtime import children
 from dataq.store.connection import server_pid
@@ -40,7 +40,6 @@ from dataq.store.connection import server_pid
 REDIS_SERVER = "redis-server"
 INSTALL_HINT = "install it with `apt-get install redis-server` (Debian/Ubuntu) or set [redis] url to an existing server"
 LOOPBACK = "127.0.0.1"
-DEFAULT_APPENDFSYNC = "always"
 DEFAULT_START_TIMEOUT = 10.0
 DEFAULT_STOP_TIMEOUT = 10.0
 

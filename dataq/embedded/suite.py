@@ -74,10 +74,16 @@ def plan_children(settings: Settings) -> list[Child]:
 async def _keep_alive(child: Child, env: dict[str, str], stop: asyncio.Event) -> None:
     while not stop.is_set():
         started = time.monotonic()
-        child.process = await asyncio.create_subprocess_exec(
-            # Its own session: a Ctrl-C meant for the runner must not hit the daemons under its orderly shutdown.
-            *child.argv, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGHUP),
-        )
+        try:
+            child.process = await asyncio.create_subprocess_exec(
+                # Its own session: a Ctrl-C meant for the runner must not hit the daemons under its orderly
+                # shutdown.
+                *child.argv, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGHUP),
+            )
+        except OSError as exc:  # out of processes or descriptors for a moment: try again, as after a crash
+            log.error("cannot start a daemon; retrying", daemon=child.name, error=str(exc))
+            await child.backoff.wait(stop)
+            continue
         log.info("daemon started", daemon=child.name, pid=child.process.pid)
         waiter = asyncio.ensure_future(child.process.wait())
         stopper = asyncio.ensure_future(stop.wait())

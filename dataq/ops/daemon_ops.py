@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Sequence
 
 from dataq.config import Settings
-from dataq.errors import DataqError
+from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.mail import MailNotifier
 from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals
@@ -41,6 +41,7 @@ class DaemonOps:
         self.failure_watch = FailureWatch.from_settings(self.notifier, queue, settings.mail)
         self.metrics_url: str | None = None
         self._server: MetricsServer | None = None
+        self._stopping = False
         self._closed = False
 
     async def start(self, store: QueueStore, supervisor: Supervisor, *, until: asyncio.Event,
@@ -72,10 +73,20 @@ class DaemonOps:
             return server
         return None
 
+    async def _probe(self, store: QueueStore) -> str | None:
+        """Why Redis cannot be read now (None: it can); with metrics served, the read refreshes their gauges."""
+        if self.settings.metrics.enabled:
+            return await self.metrics.refresh(store)
+        try:
+            await store.ping()
+        except StoreUnavailable as exc:
+            return str(exc)
+        return None
+
     async def _watch_redis(self, store: QueueStore, until: asyncio.Event) -> None:
         down = False
         async for _ in every(REDIS_PROBE_INTERVAL, until):
-            error = await self.metrics.refresh(store)
+            error = await self._probe(store)
             if error is not None:
                 down = True
                 self.redis_watch.unavailable(error)
@@ -88,12 +99,19 @@ class DaemonOps:
     async def ready(self, status: str) -> None:
         await systemd.ready(status)
 
+    async def stopping(self) -> None:
+        """Tell systemd the daemon is shutting down, once: from then on it expects no watchdog pings (a drain may
+        take its grace period and more), only the exit within ``TimeoutStopSec=``."""
+        if not self._stopping:
+            self._stopping = True
+            await systemd.stopping()
+
     async def close(self) -> None:
         """Tell systemd, stop serving metrics, and send the mail still pending (within the mail timeout); once."""
         if self._closed:
             return
         self._closed = True
-        await systemd.stopping()
+        await self.stopping()
         if self._server is not None:
             await asyncio.to_thread(self._server.close)
             self._server = None

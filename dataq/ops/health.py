@@ -1,5 +1,5 @@
-"""How a queue is doing, for anyone who asks (``dataq-cli --health`` and ``--summary``, the metrics endpoint, the web
-console): whether its daemons are alive, and how fast records move."""
+"""How a queue is doing: whether its daemons are alive, and how fast records move (``dataq-cli --health`` and
+``--summary`` print it). Library code rather than the CLI's, so every view of a queue reads it the same way."""
 
 from __future__ import annotations
 

@@ -234,20 +234,24 @@ class MailNotifier:
             self._finished.set()
 
     async def _deliver(self, digest: Digest) -> None:
-        message = self.build_message(digest)
         self._sending = digest
         try:
+            message = self.build_message(digest)
             await send_message(self.settings, self._password, message)
         except asyncio.CancelledError:
             self._put_back(digest)  # close() gave up waiting: count these as unsent
             raise
         except (OSError, TimeoutError, aiosmtplib.SMTPException) as exc:
-            delay = self._backoff.next_delay()
-            self._retry_at = self._clock() + delay
-            self._put_back(digest)
+            self._retry_later(digest)
             log.warning("cannot send mail; will retry", kind=digest.kind, notices=digest.count,
                         server=f"{self.settings.host}:{self.settings.port}", error=str(exc) or type(exc).__name__,
-                        retry_in=round(delay, 1))
+                        retry_in=round(self._retry_at - self._clock(), 1))
+            return
+        except Exception:
+            # A notice must never stop the work that raised it: the daemon goes on, the notices wait (logged).
+            self._retry_later(digest)
+            log.exception("mail not sent: a bug in building or sending it; will retry", kind=digest.kind,
+                          notices=digest.count)
             return
         finally:
             self._sending = None
@@ -256,6 +260,10 @@ class MailNotifier:
         self._last_sent[digest.kind] = self._clock()
         self.sent += 1
         log.info("mail sent", kind=digest.kind, notices=digest.count, subject=message["Subject"])
+
+    def _retry_later(self, digest: Digest) -> None:
+        self._retry_at = self._clock() + self._backoff.next_delay()
+        self._put_back(digest)
 
     def _put_back(self, digest: Digest) -> None:
         newer = self._pending.pop(digest.kind, None)

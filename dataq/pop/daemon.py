@@ -173,6 +173,7 @@ class PopDaemon:
     async def _shut_down(self, claiming: asyncio.Task[None], settling: asyncio.Task[None],
                          supervisor: Supervisor) -> int:
         log.info("pop daemon stopping", worker=self.worker_id, running=self.worker.running)
+        await self.ops.stopping()
         # 1. No new record: whatever is claimed from here on would only have to be given back.
         self.worker.stop_claiming()
         await claiming

@@ -19,6 +19,7 @@ from dataq.logs import get_logger
 from dataq.ops.notices import Notifier, inactive_records_notice
 from dataq.record import Record
 from dataq.runtime.backoff import Backoff
+from dataq.runtime.supervise import Pulse
 from dataq.store import FailOutcome, QueueStore
 
 SETTLE_BATCH_MAX = 1000
@@ -67,6 +68,8 @@ class Settler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._outage = False
+        self.pulse = Pulse()
+        """Turns with every settlement and every attempt at one; rests while there is nothing to settle."""
 
     @property
     def pending(self) -> int:
@@ -132,9 +135,11 @@ class Settler:
         """Settle results as they come, until cancelled; keep them through Redis outages."""
         backoff = Backoff()
         while True:
+            self.pulse.beat()
             if not self.pending:
                 self._idle.set()
-                await self._wake.wait()
+                with self.pulse.resting():
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self._settle_batch(retry=self._outage)

@@ -133,6 +133,7 @@ class PopWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
+        self._claiming_started = False
         self._action_off = False
 
     @property
@@ -148,9 +149,13 @@ class PopWorker:
         return min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
 
     def responsive(self) -> bool:
-        """For the watchdog: the claim loop turned lately or waits by choice, and no action runs on past its time
-        limit (which would hold its slot for good)."""
-        return self._pulse.alive(STALL_AFTER) and not self._deadlines.overdue(CANCEL_WAIT + STALL_AFTER)
+        """For the watchdog: the claim loop and the settler turned lately or wait by choice, and no action runs on
+        past its time limit (which would hold its slot for good). Before claiming starts (Redis not answering yet)
+        and once it is stopped on purpose, there is no loop to judge."""
+        if not self._claiming_started or self._stopping:
+            return True
+        return (self._pulse.alive(STALL_AFTER) and self.settler.pulse.alive(STALL_AFTER)
+                and not self._deadlines.overdue(CANCEL_WAIT + STALL_AFTER))
 
     def wake(self) -> None:
         """Something may be claimable now: try at once instead of at the next poll."""
@@ -167,6 +172,7 @@ class PopWorker:
     async def claim_loop(self) -> None:
         """Claim and start records until :meth:`stop_claiming`; waits (never spins) when there is nothing to do."""
         backoff = Backoff()
+        self._claiming_started = True
         while self.claiming():
             self._pulse.beat()
             self._wake.clear()

@@ -123,20 +123,20 @@ class PushDaemon:
         host, bound_port = server.sockets[0].getsockname()[:2]
         self._listen = f"{host}:{bound_port}"
         supervisor = self.supervisor
-        await self.ops.start(self.store, supervisor, until=self.stop,
-                             liveness=[lambda: self.committer.pulse.alive(STALL_AFTER)])
-        committing = supervisor.start("push-committer", self.committer.run)
-        supervisor.start("push-flags", self._follow_flags)
-        supervisor.start("push-heartbeat", self._housekeeping)
-        supervisor.start("push-reaper", self._reap_idle)
-        log.info("push daemon listening", queue=self.queue.name, listen=self._listen, tls=self.tls is not None,
-                 mutual_tls=self.settings.push.tls_ca is not None, worker=self.worker_id)
-        await self.ops.ready(f"listening on {self._listen} for queue {self.queue.name}")
-        if ready is not None:
-            ready((host, bound_port))
         try:
+            await self.ops.start(self.store, supervisor, until=self.stop,
+                                 liveness=[lambda: self.committer.pulse.alive(STALL_AFTER)])
+            committing = supervisor.start("push-committer", self.committer.run)
+            supervisor.start("push-flags", self._follow_flags)
+            supervisor.start("push-heartbeat", self._housekeeping)
+            supervisor.start("push-reaper", self._reap_idle)
+            log.info("push daemon listening", queue=self.queue.name, listen=self._listen, tls=self.tls is not None,
+                     mutual_tls=self.settings.push.tls_ca is not None, worker=self.worker_id)
+            await self.ops.ready(f"listening on {self._listen} for queue {self.queue.name}")
+            if ready is not None:
+                ready((host, bound_port))
             await self.stop.wait()
-        finally:
+            await self.ops.stopping()
             # 1. No new feeders: the listening socket goes first.
             server.close()
             # 2. Stop reading, and let every line already read be stored and answered (unless the committer died:
@@ -148,6 +148,11 @@ class PushDaemon:
             # 3. Close connections once their last replies are flushed, send the last notices, then end the
             #    background loops.
             await self.listener.close_all(CLOSE_TIMEOUT)
+        finally:
+            # Reached at once after a failure on the way: whatever is still open goes now.
+            server.close()
+            self.listener.begin_shutdown()
+            await self.listener.close_all(0)
             await self.ops.close()
             await supervisor.cancel()
             with contextlib.suppress(StoreError):

@@ -1,11 +1,13 @@
 """Supervised background tasks: every loop a daemon runs beside its main one is started, watched and cancelled here.
 
 A loop that loses Redis (StoreUnavailable) is run again after a backoff: an outage is the normal life of a
-daemon. A loop that raises anything else has a bug, and a daemon running on without one of its parts (a push
-daemon without its committer, with every feeder stalled) is worse than no daemon: the supervisor logs the
-traceback and sets the daemon's stop event, the daemon shuts down as it would on SIGTERM and exits non-zero
-(:attr:`Supervisor.failed`), and systemd (or ``dataq run``) starts it afresh. A loop that returns before it was
-told to stop has stopped unexpectedly, and counts as failed too.
+daemon. So is a loop that dataq itself refused (any other DataqError: Redis out of memory or unable to write
+its AOF, say): that is a condition of the world, logged as an error and retried, since restarting the daemon
+would not change it. A loop that raises anything else has a bug, and a daemon running on without one of its
+parts (a push daemon without its committer, with every feeder stalled) is worse than no daemon: the supervisor
+logs the traceback and sets the daemon's stop event, the daemon shuts down as it would on SIGTERM and exits
+non-zero (:attr:`Supervisor.failed`), and systemd (or ``dataq run``) starts it afresh. A loop that returns, or
+is cancelled, before it was told to stop has stopped unexpectedly, and counts as failed too.
 
 :class:`Pulse` is how a main loop proves to systemd's watchdog that it still turns (:mod:`dataq.runtime.systemd`).
 """
@@ -17,7 +19,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-from dataq.errors import StoreUnavailable
+from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.runtime.backoff import BACKOFF_CAP, Backoff
 
@@ -59,9 +61,17 @@ class Supervisor:
             try:
                 await body()
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # the daemon's own cancel
+                # A cancellation nobody asked this task for (a library cancelling its own future) ends it all
+                # the same: a part gone.
+                self._fail(name, "was cancelled from within", None)
+                return
             except StoreUnavailable as exc:
                 log.warning("redis unavailable", loop=name, error=str(exc))
+            except DataqError as exc:
+                log.error("refused; retrying", loop=name, error=str(exc))
             except Exception as exc:
                 self._fail(name, "raised an unexpected error", exc)
                 return

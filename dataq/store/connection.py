@@ -23,10 +23,10 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.retry import Retry as SyncRetry
 
+from dataq.config import REDIS_URL_SCHEMES
 from dataq.errors import RangeError, StoreError, StoreUnavailable
 
 DEFAULT_SOCKET_TIMEOUT = 5.0
-URL_SCHEMES = ("redis", "rediss", "unix")
 SCRIPT_NAMES = (
     "push_batch",
     "claim",
@@ -56,7 +56,7 @@ def connect(
 ) -> aioredis.Redis:
     """The one place a Redis client is built: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs."""
     scheme = urlparse(url).scheme
-    if scheme not in URL_SCHEMES:
+    if scheme not in REDIS_URL_SCHEMES:
         raise StoreError(f"Redis URL {url!r} must start with redis://, rediss:// or unix://")
     options: dict[str, Any] = {
         "decode_responses": True,
@@ -114,7 +114,7 @@ def translate(exc: Exception) -> Exception:
         message = str(exc)
         if message.startswith(_RANGE_ERROR_PREFIX):
             return RangeError(message[len(_RANGE_ERROR_PREFIX) :])
-        if message.startswith(("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
+        if message.startswith(("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")):
             return StoreUnavailable(f"Redis is unavailable: {message}")
         return StoreError(f"Redis refused the operation: {message}")
     if isinstance(exc, rexc.RedisError):

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from structlog.testing import capture_logs
 
 from dataq.pop.settler import Settler
 from dataq.push import daemon as push_daemon_module
 from dataq.push.committer import Committer
 from dataq.store import QueueStore
+from tests.conftest import MakeRedis
 from tests.helpers import make_records
 from tests.pop_support import MARKER, executions, load, pop_daemon, wait_for_value, write_config
 from tests.push_support import LineClient, push_settings, start_push
@@ -118,3 +120,25 @@ async def test_the_watchdog_is_fed_while_the_committer_idles_or_turns_and_not_wh
         await feeder.close()
         assert await daemon.shutdown() == 0
         notify.close()
+
+
+async def test_a_push_daemon_rides_out_redis_refusing_writes_and_answers_once_it_accepts_them(
+    make_redis: MakeRedis, tmp_path: Path
+) -> None:
+    server = make_redis()
+    daemon = await start_push(push_settings(server.url, tmp_path / "data"))
+    feeder = await LineClient.connect(daemon.port)
+    admin = redis.Redis.from_url(server.url)
+    record = make_records(1)[0]
+    try:
+        admin.config_set("maxmemory", 1)  # every write refused: "OOM command not allowed"
+        await feeder.send(record)
+        with pytest.raises(TimeoutError):
+            await feeder.reply(timeout=1.0)  # ten heartbeats refused meanwhile: held, not answered, not dead
+        assert not daemon.task.done()
+        admin.config_set("maxmemory", 0)
+        assert await feeder.reply() == f"Pushed ID={record.id}"
+    finally:
+        admin.close()
+        await feeder.close()
+    assert await daemon.shutdown() == 0

@@ -396,3 +396,24 @@ def test_notify_crash_with_bad_settings_exits_with_the_configuration_status(tmp_
 
 def test_notify_crash_refuses_a_timeout_that_is_not_a_positive_number(tmp_path: Path) -> None:
     assert notify_crash("--timeout", "-1", "dataq-pop@transfer") == 2
+
+
+async def test_a_mail_that_cannot_be_built_is_kept_and_the_sender_goes_on(
+    smtp: SmtpSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notifier = MailNotifier(mail_settings(smtp.controller.port), "transfer", retry_initial=0.01, retry_cap=0.02)
+    real_build = MailNotifier.build_message
+    attempts: list[str] = []
+
+    def broken_once(self: MailNotifier, digest: Any) -> EmailMessage:
+        attempts.append(digest.kind)
+        if len(attempts) == 1:
+            raise KeyError("a bug in a notice's details")
+        return real_build(self, digest)
+
+    monkeypatch.setattr(MailNotifier, "build_message", broken_once)
+    notifier.start()
+    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    [mail] = await smtp.wait_for(1)
+    assert await notifier.close()
+    assert attempts == [KIND_INACTIVE, KIND_INACTIVE] and count_of(mail) == 1

@@ -10,7 +10,6 @@ import socket
 import pytest
 from structlog.testing import capture_logs
 
-from dataq.config import PopSettings
 from dataq.store import Flag, QueueList, QueueStore
 from tests.helpers import make_records
 from tests.push_support import (
@@ -24,14 +23,14 @@ from tests.push_support import (
 
 NOTICE_DELAY = 0.5
 """Ample time for a pub/sub notice to reach the daemon on loopback."""
-SLOW_POLL = PopSettings(heartbeat_interval=60.0, heartbeat_ttl=120.0)
+SLOW_POLL = {"heartbeat_interval": 60.0, "heartbeat_ttl": 120.0}
 """Flags polled once at start only: a switch within the test can only come from a notice."""
 
 
 async def test_read_off_stops_reading_and_read_on_resumes_at_once_without_losing_a_line(
     push_daemon: StartPush, store: QueueStore
 ) -> None:
-    daemon = await push_daemon(pop=SLOW_POLL)
+    daemon = await push_daemon(**SLOW_POLL)
     first, *rest = make_records(2001)
     client = await LineClient.connect(daemon.port)
     await client.send(first)

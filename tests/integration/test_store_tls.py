@@ -11,18 +11,18 @@ from dataq.errors import StoreError
 from dataq.store import QueueStore
 from tests.conftest import MakeRedis
 from tests.helpers import make_records
-from tests.push_support import Certs, certs  # noqa: F401 (fixture)
+from tests.push_support import Certs
 
 
 @pytest.fixture
-def tls_url(make_redis: MakeRedis, certs: Certs, tmp_path: Path) -> str:  # noqa: F811
+def tls_url(make_redis: MakeRedis, certs: Certs, tmp_path: Path) -> str:
     port = free_port()
     make_redis(extra_args=["--tls-port", str(port), "--tls-cert-file", certs.server_cert, "--tls-key-file",
                            certs.server_key, "--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "yes"])
     return f"rediss://127.0.0.1:{port}"
 
 
-async def test_a_rediss_url_with_ca_and_client_certificate_carries_the_queue(tls_url: str, certs: Certs) -> None:  # noqa: F811
+async def test_a_rediss_url_with_ca_and_client_certificate_carries_the_queue(tls_url: str, certs: Certs) -> None:
     store = QueueStore.from_url(tls_url, "transfer", ca_file=certs.ca, cert_file=certs.client_cert,
                                 key_file=certs.client_key)
     try:
@@ -33,7 +33,7 @@ async def test_a_rediss_url_with_ca_and_client_certificate_carries_the_queue(tls
 
 
 @pytest.mark.parametrize("case", ["server not vouched for by our CA", "no client certificate"])
-async def test_tls_that_cannot_be_trusted_both_ways_is_refused(tls_url: str, certs: Certs, case: str) -> None:  # noqa: F811
+async def test_tls_that_cannot_be_trusted_both_ways_is_refused(tls_url: str, certs: Certs, case: str) -> None:
     if case == "no client certificate":
         store = QueueStore.from_url(tls_url, "transfer", ca_file=certs.ca, socket_timeout=2)
     else:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from dataq.errors import StoreUnavailable
+from dataq.errors import StoreError, StoreUnavailable
 from dataq.runtime import supervise
 from dataq.runtime.supervise import Pulse, Supervisor
 
@@ -34,6 +34,37 @@ async def test_a_loop_that_loses_redis_is_run_again_until_it_succeeds() -> None:
         await asyncio.wait_for(supervisor.start("flaky", flaky), 5)
     assert attempts == 3 and supervisor.failed is None
     assert [entry["event"] for entry in logs].count("redis unavailable") == 2
+
+
+async def test_a_loop_that_redis_refuses_is_logged_as_an_error_and_run_again_not_taken_for_a_bug() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    attempts = 0
+
+    async def refused() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:  # as while Redis is out of memory, or its disk is full
+            raise StoreError("Redis refused the operation: OOM command not allowed when used memory > 'maxmemory'")
+        stop.set()
+
+    with capture_logs() as logs:
+        await asyncio.wait_for(supervisor.start("heartbeat", refused), 5)
+    assert attempts == 3 and supervisor.failed is None
+    assert [(e["event"], e["log_level"]) for e in logs].count(("refused; retrying", "error")) == 2
+
+
+async def test_a_loop_cancelled_from_within_is_a_part_gone_and_stops_the_daemon() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+
+    async def self_cancelling() -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.cancel()  # as a library might
+        await future
+
+    await asyncio.wait_for(supervisor.start("notices", self_cancelling), 5)
+    assert supervisor.failed == "notices" and stop.is_set()
 
 
 async def test_a_loop_that_raises_a_bug_stops_the_daemon_and_is_named() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -37,9 +38,24 @@ class Stubborn(Action[NoOptions]):
                 await self.release.wait()
 
 
-async def registered_worker(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> PopWorker:
-    """A worker of concurrency 1, registered in the store as its pop daemon would have it."""
+@dataclass
+class Running:
+    """A worker of concurrency 1, registered as its pop daemon would have it, its claim loop and settler running."""
 
+    worker: PopWorker
+    claiming: asyncio.Task[None]
+    settling: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        self.worker.stop_claiming()
+        await asyncio.wait_for(self.claiming, 10)
+        await self.worker.finish(0)
+        self.settling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.settling
+
+
+async def registered_worker(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> PopWorker:
     async def register() -> None:
         await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
 
@@ -47,17 +63,22 @@ async def registered_worker(store: QueueStore, queue: QueueSettings, actions: li
     return PopWorker(store, WORKER, queue, actions, 1, LogNotifier(), register)
 
 
+async def running(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> Running:
+    worker = await registered_worker(store, queue, actions)
+    return Running(worker, asyncio.create_task(worker.claim_loop()), asyncio.create_task(worker.settler.run()))
+
+
 async def test_an_action_running_past_its_limit_makes_the_worker_unresponsive_until_it_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "STALL_AFTER", 0.05)
-    monkeypatch.setattr(worker_module, "CANCEL_WAIT", 0.05)
+    monkeypatch.setattr(worker_module, "STALL_AFTER", 0.3)
+    monkeypatch.setattr(worker_module, "CANCEL_WAIT", 0.3)
     store = fake_store()
-    queue = QueueSettings("transfer", action_timeout=0.05)
+    queue = QueueSettings("transfer", action_timeout=0.3)
     action = Stubborn(queue)
     await store.push_batch(make_records(1), source="t")
-    worker = await registered_worker(store, queue, [action])
-    claiming = asyncio.create_task(worker.claim_loop())
+    run = await running(store, queue, [action])
+    worker = run.worker
     try:
         await action.running.wait()
         assert worker.responsive()  # within its limit, and the claim loop waits for a free slot
@@ -70,9 +91,7 @@ async def test_an_action_running_past_its_limit_makes_the_worker_unresponsive_un
                 await asyncio.sleep(0.01)
     finally:
         action.release.set()
-        worker.stop_claiming()
-        await asyncio.wait_for(claiming, 10)
-        await worker.finish(0)
+        await run.stop()
 
 
 async def test_an_idle_worker_stays_responsive_however_long_it_waits_for_work(
@@ -80,11 +99,22 @@ async def test_an_idle_worker_stays_responsive_however_long_it_waits_for_work(
 ) -> None:
     monkeypatch.setattr(worker_module, "STALL_AFTER", 0.01)
     monkeypatch.setattr(worker_module, "POLL_INTERVAL", 60.0)
-    worker = await registered_worker(fake_store(), QueueSettings("transfer"), [])
-    claiming = asyncio.create_task(worker.claim_loop())
+    run = await running(fake_store(), QueueSettings("transfer"), [])
     try:
-        await asyncio.sleep(0.1)  # ten stall limits, in the wait for a notice that never comes
-        assert worker.responsive()
+        await asyncio.sleep(0.1)  # ten stall limits, in the waits for a notice and for results that never come
+        assert run.worker.responsive()
     finally:
-        worker.stop_claiming()
-        await asyncio.wait_for(claiming, 10)
+        await run.stop()
+
+
+async def test_a_worker_not_claiming_yet_or_stopped_on_purpose_has_no_loop_to_judge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_module, "STALL_AFTER", 0.0)
+    worker = await registered_worker(fake_store(), QueueSettings("transfer"), [])
+    await asyncio.sleep(0.01)
+    assert worker.responsive()  # still waiting for Redis to register: that is no stall
+    worker.stop_claiming()
+    await worker.claim_loop()
+    await asyncio.sleep(0.01)
+    assert worker.responsive()  # stopped on purpose: systemd was told STOPPING=1

@@ -1,0 +1,100 @@
+"""Child processes die with their parent: what ``dataq run`` and ``network_move`` start never outlives them, even
+when they are killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_on_other_os
+
+GONE_TIMEOUT = 30.0
+
+PARENT = """
+import asyncio, sys
+from dataq.actions.network_move import run_command
+
+async def main():
+    asyncio.create_task(run_command(["sleep", "600"]))
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status  # exited; its new parent has not reaped it yet
+
+
+def wait_for(condition: object, what: str) -> None:
+    deadline = time.monotonic() + GONE_TIMEOUT
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@skip_on_other_os("needs Linux's PR_SET_PDEATHSIG and /proc")
+def test_a_transfer_dies_with_the_pop_daemon_that_started_it_even_by_sigkill() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        wait_for(lambda: children_of(parent.pid), "the transfer to start")
+        (transfer,) = children_of(parent.pid)
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: gone(transfer), "the transfer to end with its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for child in children_of(parent.pid) if parent.poll() is None else []:
+            os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@skip_on_other_os("needs Linux's PR_SET_PDEATHSIG and /proc")
+def test_a_child_started_to_die_with_its_parent_gets_the_signal_asked_for(signum: int, tmp_path: Path) -> None:
+    script = f"""
+import signal, subprocess, sys, time
+from dataq.runtime.children import die_with_parent
+child = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+signal.signal({int(signum)}, lambda *_: (open(sys.argv[1], "w").write("got it"), sys.exit(0)))
+print("ready", flush=True)
+time.sleep(600)
+''', "{tmp_path / 'got'}"], preexec_fn=die_with_parent({int(signum)}), stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: gone(child), "the child to end with its parent")
+        assert (tmp_path / "got").read_text() == "got it"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        assert parent.stdout is not None
+        parent.stdout.close()
