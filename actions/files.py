@@ -70,11 +70,6 @@ async def in_thread(func: Callable[[threading.Event], T]) -> T:
         raise
 
 
-async def checksum_file(path: str, algorithm: str = DEFAULT_ALGORITHM) -> tuple[str, int]:
-    """(hex digest, size) of the file at ``path``, computed off the event loop."""
-    return await in_thread(lambda abort: hash_file(path, algorithm, abort))
-
-
 def matches(digest: str, record: Record) -> bool:
     # Hex is case-insensitive; a queue's checksum pattern may allow upper case.
     return digest.lower() == record.checksum.lower()

@@ -13,7 +13,10 @@ from dataq import __version__
 from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, EXIT_INTERRUPTED, config_option, load_or_exit, queue_option
 from dataq.config import MAX_PORT, Settings
 from dataq.errors import ConfigError, DataqError
-from dataq.logs import configure_logging
+from dataq.logs import configure_logging, get_logger
+from dataq.ops.crash import SEND_TIMEOUT
+
+log = get_logger()
 
 
 def _logging(settings: Settings, component: str) -> None:
@@ -92,7 +95,8 @@ def run(config_path: str | None) -> None:
     try:
         _run(run_suite(settings, redis))
     finally:
-        redis.close()
+        redis.close()  # last: the daemons have stopped
+        log.info("dataq stopped")
 
 
 @main.command()
@@ -165,7 +169,7 @@ def redis(config_path: str | None) -> None:
 
 @main.command("notify-crash")
 @config_option
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=SEND_TIMEOUT, show_default=True,
               help="Seconds to keep trying to send.")
 @click.argument("unit")
 def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:

@@ -30,7 +30,7 @@ from dataq.logs import get_logger
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.children import die_with_parent
 from dataq.runtime.signals import install_stop_signals
-from dataq.runtime.supervise import Supervisor
+from dataq.runtime.supervise import EXIT_FAILED, Supervisor
 
 CHILD_STOP_TIMEOUT_MARGIN = 10.0
 """Seconds a child gets beyond its own grace period to exit after SIGTERM, before SIGKILL."""
@@ -120,29 +120,25 @@ async def run_suite(
     settings: Settings, redis: RedisHandle, *, stop: asyncio.Event | None = None,
     children: Sequence[Child] | None = None,
 ) -> int:
-    """Run every daemon on ``redis`` until stopped, then stop them and the embedded server if ``redis`` owns one;
-    returns the exit status."""
+    """Run every daemon on ``redis`` until stopped, then stop them; returns the exit status. The caller, which
+    started ``redis``, closes it afterwards: Redis outlives the daemons."""
     plan = list(children) if children is not None else plan_children(settings)
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop, on_force=lambda: _force_stop(plan, redis))
-    try:
-        env = {**os.environ, "DATAQ_REDIS_URL": redis.url}
-        if settings.source is not None:
-            env["DATAQ_CONFIG"] = settings.source
-        _announce(settings, redis.url, owned=redis.owned is not None)
-        supervisor = Supervisor(stop)
-        for child in plan:
-            supervisor.start(child.name, functools.partial(_keep_alive, child, env, stop))
-        await stop.wait()
-        # Children first, all at once: each stops its intake and drains; Redis must outlive them all.
-        await asyncio.gather(*supervisor.tasks, return_exceptions=True)
-        timeout = settings.pop.grace_period + CHILD_STOP_TIMEOUT_MARGIN
-        await asyncio.gather(*(_stop_child(child, timeout) for child in plan))
-        return 0 if supervisor.failed is None else 1
-    finally:
-        await asyncio.to_thread(redis.close)
-        log.info("dataq stopped")
+    env = {**os.environ, "DATAQ_REDIS_URL": redis.url}
+    if settings.source is not None:
+        env["DATAQ_CONFIG"] = settings.source
+    _announce(settings, redis.url, owned=redis.owned is not None)
+    supervisor = Supervisor(stop)
+    for child in plan:
+        supervisor.start(child.name, functools.partial(_keep_alive, child, env, stop))
+    await stop.wait()
+    # All at once: each stops its intake and drains.
+    await asyncio.gather(*supervisor.tasks, return_exceptions=True)
+    timeout = settings.pop.grace_period + CHILD_STOP_TIMEOUT_MARGIN
+    await asyncio.gather(*(_stop_child(child, timeout) for child in plan))
+    return 0 if supervisor.failed is None else EXIT_FAILED
 
 
 def _force_stop(plan: Sequence[Child], redis: RedisHandle) -> None:

@@ -31,14 +31,12 @@ from dataq.record import Record
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.identity import make_worker_id
 from dataq.runtime.signals import install_stop_signals
-from dataq.runtime.supervise import Supervisor, every
+from dataq.runtime.supervise import EXIT_FAILED, Supervisor, every
 from dataq.store import QueueStore
 
 EXIT_OK = 0
 EXIT_UNSETTLED = 1
 """Shutdown could not reach Redis: some results are unsettled (their records will run again, none is lost)."""
-EXIT_FAILED = 1
-"""A part of the daemon failed of a bug (logged); systemd, or ``dataq run``, starts it afresh."""
 SHUTDOWN_REDIS_WAIT = 30.0
 """Seconds shutdown keeps retrying Redis (to settle results and give records back) before it leaves that to
 the sweepers of other daemons."""

@@ -29,13 +29,11 @@ from dataq.push.gate import BLOCK_READ_OFF, BLOCK_STARTING, Gate
 from dataq.push.listener import Listener
 from dataq.runtime.identity import make_worker_id
 from dataq.runtime.signals import install_stop_signals
-from dataq.runtime.supervise import Supervisor, every
+from dataq.runtime.supervise import EXIT_FAILED, Supervisor, every
 from dataq.runtime.systemd import STALL_AFTER
 from dataq.store import Flag, QueueStore
 
 EXIT_OK = 0
-EXIT_FAILED = 1
-"""A part of the daemon failed of a bug (logged); systemd, or ``dataq run``, starts it afresh."""
 DRAIN_TIMEOUT = 10.0
 """Seconds shutdown waits for lines already read to be stored and answered (longer only if Redis is down,
 and then the unanswered records are sent again by their feeders)."""

@@ -27,6 +27,8 @@ CANCEL_ATTEMPTS = 3
 """Times a background task is cancelled before it is given up on (redis-py can swallow one cancel)."""
 CANCEL_WAIT = 0.5
 """Seconds to wait for background tasks after each cancel."""
+EXIT_FAILED = 1
+"""The exit status of a daemon one of whose parts failed (:attr:`Supervisor.failed`)."""
 HEALTHY_RUN = BACKOFF_CAP * 2
 """Seconds a loop must have run before its next outage counts as a new incident (backoff starts over)."""
 
