@@ -59,12 +59,15 @@ def dataq_command() -> list[str]:
 
 
 @contextlib.contextmanager
-def push_daemon(workdir: Path, redis_url: str) -> Iterator[tuple[int, int]]:
-    """``dataq push`` on a free port: yields (port, pid)."""
+def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "") -> Iterator[tuple[int, int]]:
+    """``dataq push`` on a free port (on ``redis_url``, and ``redis_extra`` lines in its ``[redis]`` table):
+    yields (port, pid)."""
     port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "dataq.toml"
+    url = f'url = "{redis_url}"\n' if redis_url else ""
     config.write_text(
-        f'data_dir = "{workdir}"\n[redis]\nurl = "{redis_url}"\n[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
+        f'data_dir = "{workdir}"\n[redis]\n{url}{redis_extra}[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
         f'format = "json"\n[metrics]\nenabled = false\n[push]\nport = {port}\n'
         f'[queues.{QUEUE}]\nmax_queue_size = 10000000\n'
     )

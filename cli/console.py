@@ -15,7 +15,7 @@ import click
 
 from dataq.config import Settings
 from dataq.embedded.locate import resolve_redis
-from dataq.errors import ConfigError, DataqError, InvalidRecord, StoreUnavailable
+from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
 from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
 
@@ -91,8 +91,11 @@ def _check_files(load: str | None, dump: str | None) -> None:
 
 
 def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_url: bool) -> str:
+    if isinstance(exc, NotReplicated):
+        return (f"the master at {url} made the change, but it was {exc}, so a fail-over could undo it; "
+                "see the replicas with --info and where the records are with --list")
     cause = exc.__cause__ or exc
-    hint = "" if explicit_url or settings.redis.url else "; is `dataq run` running?"
+    hint = "" if explicit_url or not settings.redis.embedded else "; is `dataq run` running?"
     return f"Redis is unavailable at {url}: {cause}{hint}"
 
 

@@ -198,7 +198,7 @@ async def _workers(ctx: Context) -> None:
 
 async def _info(ctx: Context) -> None:
     if ctx.request.info:
-        ctx.out.info(await ctx.store.server_info())
+        ctx.out.info(await ctx.store.server_info(), await ctx.store.replication_status())
 
 
 async def _health(ctx: Context) -> None:
@@ -215,7 +215,8 @@ async def _summary(ctx: Context) -> None:
         return
     summary = await ctx.store.summary()
     alive = sum(1 for w in await ctx.store.workers() if w.heartbeat is not None)
-    ctx.out.summary(summary, alive, await rates(ctx.store))
+    replication = await ctx.store.replication_status() if ctx.store.highly_available else None
+    ctx.out.summary(summary, alive, await rates(ctx.store), replication)
 
 
 async def _follow(ctx: Context) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from dataq.ops.health import Rates
+from dataq.ops.health import Rates, replication_problems
 from dataq.record import Record, format_list_line
-from dataq.store import Event, Flag, Summary, Worker
+from dataq.store import Event, Flag, ReplicationStatus, Summary, Worker
 
 MOVE_MESSAGES = {
     "advance": "Advanced {n} records to next-in-line",
@@ -200,12 +200,13 @@ class Renderer:
 
     # --- reports ----------------------------------------------------------------------------------------
 
-    def info(self, server: Mapping[str, Any]) -> None:
+    def info(self, server: Mapping[str, Any], replication: ReplicationStatus) -> None:
         if self.as_json:
-            self._doc("info", server=dict(server))
+            self._doc("info", server=dict(server), replication=_replication_doc(replication))
         else:
-            width = max((len(key) for key in server), default=0)
-            for key, value in server.items():
+            lines = {**server, **_replication_lines(replication)}
+            width = max((len(key) for key in lines), default=0)
+            for key, value in lines.items():
                 self._text(f"{key + ':':<{width + 1}} {_dash(value)}")
 
     def health(self, healthy: bool, reason: str, alive: int, registered: int) -> None:
@@ -214,10 +215,13 @@ class Renderer:
         else:
             self._text(f"{'OK' if healthy else 'UNHEALTHY'}: {reason}")
 
-    def summary(self, summary: Summary, alive: int, rates: Rates) -> None:
+    def summary(self, summary: Summary, alive: int, rates: Rates,
+                replication: ReplicationStatus | None = None) -> None:
         if self.as_json:
+            extra = {} if replication is None else {"replication": _replication_doc(replication)}
             self._doc(
                 "summary",
+                **extra,
                 active=summary.active,
                 inactive=summary.inactive,
                 delayed=summary.delayed,
@@ -254,7 +258,31 @@ class Renderer:
             f"  workers:   {alive} live ({summary.workers} registered)",
             f"  rates:     {per_minute} per minute ({span})",
         ]
+        if replication is not None:
+            lines += [f"  {key + ':':<10} {value}" for key, value in _replication_lines(replication).items()]
+            lines += [f"  warning:   {problem}" for problem in replication_problems(replication)]
         self._text("\n".join(lines))
+
+
+def _replication_lines(status: ReplicationStatus) -> dict[str, str]:
+    replicas = ", ".join(f"{r.address} {r.state} (lag {r.lag_bytes} B, {_dash(r.lag_seconds)} s)"
+                         for r in status.replicas) or "none"
+    lines = {"master": status.master, "replicas": f"{replicas}; min_replicas {status.min_replicas}"}
+    if status.sentinels is not None:
+        seen = ", ".join(f"{address} {'up' if up else 'DOWN'}" for address, up in status.sentinels.items())
+        lines["sentinels"] = f"{status.sentinels_up} of {len(status.sentinels)} answer: {seen}"
+    return lines
+
+
+def _replication_doc(status: ReplicationStatus) -> dict[str, Any]:
+    return {
+        "master": status.master,
+        "min_replicas": status.min_replicas,
+        "replicas": [{"address": r.address, "state": r.state, "lag_bytes": r.lag_bytes,
+                      "lag_seconds": r.lag_seconds} for r in status.replicas],
+        "sentinels": status.sentinels,
+        "problems": replication_problems(status),
+    }
 
 
 def _on_off(on: bool) -> str:

@@ -50,3 +50,16 @@ class ActionTimeout(ActionError):
 
 class ProtocolError(DataqError):
     """A peer broke the line protocol (over-long line, connection closed mid-reply, unexpected reply)."""
+
+
+NOT_REPLICATED_PREFIX = "not replicated to "
+"""How the message of :class:`NotReplicated` starts (a feeder answered with it sends the record again)."""
+
+
+class NotReplicated(StoreUnavailable):
+    """Redis took a write, but fewer replicas than ``min_replicas`` confirmed it in time: a fail-over could lose
+    it, so it is not acknowledged (the writer retries; a retried write is recognised)."""
+
+    def __init__(self, wanted: int, timeout: float, confirmed: int) -> None:
+        super().__init__(f"{NOT_REPLICATED_PREFIX}{wanted} replica(s) within {timeout:g} s")
+        self.wanted, self.timeout, self.confirmed = wanted, timeout, confirmed

@@ -24,7 +24,8 @@ key                    type    what it holds                                    
 ``flags``              hash    ``action`` and ``read`` -> ``on``/``off`` (absent = on).     CLI, push daemon;
                                                                                             permanent
 ``counters``           hash    monotonic totals: pushed, duplicate, claimed, done, failed,  scripts; permanent
-                               deactivated, ... (for metrics and rates)
+                               deactivated, ... (for metrics and rates); replica_retries
+                               (writes that re-confirm an unconfirmed one, min_replicas)
 ``events``             stream  one entry per event: ``k`` kind, ``id``, ``d`` detail;        scripts; trimmed
                                a push writes one ``pushed`` entry per batch, its ids        by length and age
                                joined by newlines. Trimmed to a configured number of

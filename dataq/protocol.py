@@ -5,7 +5,9 @@ the order the lines came, with exactly one of
 
 * ``Pushed ID=<checksum>``: the record is stored (Redis confirmed the write);
 * ``Ignored ID=<checksum>``: a record with that id is already tracked;
-* ``Error: <what is wrong with which field>``: the line was refused; nothing was stored.
+* ``Error: <what is wrong with which field>``: the line was refused; nothing was stored. One error refuses
+  the write, not the record: ``Error: not replicated to N replica(s) within T s`` (with ``min_replicas``); the
+  feeder sends the record again, and is answered ``Pushed`` if the first write had landed after all.
 
 The first two are the 2014 data-q's wording, so its feeders keep working; every reply ends with ``\\n`` so a
 pipelining feeder can frame them. One reply is not tied to a line: :data:`TOO_MANY_CONNECTIONS`, sent right
@@ -19,7 +21,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-from dataq.errors import ProtocolError
+from dataq.errors import NOT_REPLICATED_PREFIX, ProtocolError
 
 PUSHED_PREFIX: Final = "Pushed ID="
 IGNORED_PREFIX: Final = "Ignored ID="
@@ -48,6 +50,12 @@ class Reply:
     def ok(self) -> bool:
         """True unless the record was refused (an ignored duplicate is fine: the queue has it)."""
         return self.kind is not ReplyKind.ERROR
+
+    @property
+    def asks_to_resend(self) -> bool:
+        """True for an error that refuses the write for now, not the record: send it again (with
+        ``min_replicas``, a write that too few replicas confirmed in time)."""
+        return self.kind is ReplyKind.ERROR and self.detail.startswith(NOT_REPLICATED_PREFIX)
 
     @property
     def refuses_connection(self) -> bool:

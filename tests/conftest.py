@@ -19,7 +19,7 @@ import redis
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 
-pytest_plugins = ["tests.push_support", "tests.cli_support"]
+pytest_plugins = ["tests.push_support", "tests.cli_support", "tests.replica_support", "tests.sentinel_support"]
 
 OTHER_OS = "another operating system: "
 """Starts the reason of the one kind of skip that CI accepts."""

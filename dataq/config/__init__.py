@@ -1,26 +1,29 @@
 """dataq's settings: one TOML file plus ``DATAQ_*`` environment overrides, loaded into frozen dataclasses.
 
 :mod:`.loader` is the machinery (sections, bounds, the generic loader, :func:`load_options` for actions),
-:mod:`.schema` and :mod:`.operators` declare the sections. Import what you need from here.
+:mod:`.schema`, :mod:`.redis_settings` and :mod:`.operators` declare the sections. Import what you need from here.
 """
 
 from __future__ import annotations
 
 from dataq.config.loader import MAX_PORT, load_options
 from dataq.config.operators import MailSettings, MetricsSettings
-from dataq.config.schema import (
+from dataq.config.redis_settings import (
     APPENDFSYNC_CHOICES,
-    CONFIG_ENV,
     DEFAULT_APPENDFSYNC,
+    REDIS_URL_SCHEMES,
+    RedisSettings,
+    parse_host_port,
+)
+from dataq.config.schema import (
+    CONFIG_ENV,
     DEFAULT_QUEUE,
     ENV_OVERRIDES,
-    REDIS_URL_SCHEMES,
     EventSettings,
     LogSettings,
     PopSettings,
     PushSettings,
     QueueSettings,
-    RedisSettings,
     Settings,
     default_data_dir,
     load_settings,
@@ -46,4 +49,5 @@ __all__ = [
     "default_data_dir",
     "load_options",
     "load_settings",
+    "parse_host_port",
 ]

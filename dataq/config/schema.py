@@ -43,6 +43,7 @@ from dataq.config.loader import (
     together,
 )
 from dataq.config.operators import MailSettings, MetricsSettings
+from dataq.config.redis_settings import RedisSettings
 from dataq.errors import ConfigError, InvalidRecord
 from dataq.keys import QUEUE_NAME_PATTERN
 from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
@@ -59,11 +60,6 @@ DEFAULT_QUEUE = "transfer"
 """The one queue configured when the file defines none (the 2014 data-q's only queue)."""
 MIN_LINE_BYTES = 256
 """The smallest ``push.max_line_bytes``: shorter lines could not hold a record with a realistic path."""
-REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
-"""How dataq reaches Redis: plain TCP, TLS, or a unix socket."""
-APPENDFSYNC_CHOICES = ("always", "everysec", "no")
-DEFAULT_APPENDFSYNC = "always"
-"""redis-server's ``appendfsync`` policies; ``always`` is the only one that loses no acknowledged record."""
 ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
 """An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
 import path ``module:Class`` (with an optional ``:argument``)."""
@@ -73,29 +69,6 @@ def heartbeat_rule(section: PushSettings | PopSettings) -> None:
     if section.heartbeat_ttl <= section.heartbeat_interval:
         raise Invalid("heartbeat_ttl", f"key '{{key}}' ({section.heartbeat_ttl}) must be greater than "
                       f"{{table}}.heartbeat_interval ({section.heartbeat_interval})")
-
-
-@dataclass(frozen=True, slots=True)
-class RedisSettings(Section):
-    """How dataq reaches Redis: an external server by URL, or an embedded redis-server in ``data_dir``."""
-
-    url: str | None = None
-    """``redis://``, ``rediss://`` or ``unix://`` URL; None (or "") runs an embedded redis-server."""
-    ca_file: str | None = None
-    """CA bundle that verifies a ``rediss://`` server (None: the system's CAs)."""
-    cert_file: str | None = None
-    """Client certificate for a ``rediss://`` server that asks for one (with ``key_file``)."""
-    key_file: str | None = None
-    """Private key of ``cert_file``."""
-    socket_timeout: float = setting(5.0, gt=0)
-    """Seconds a Redis command may take before the server counts as unavailable."""
-    appendfsync: str = setting(DEFAULT_APPENDFSYNC, choices=APPENDFSYNC_CHOICES)
-    """Embedded server only: when its append-only file is fsynced (``always`` loses no acknowledged record)."""
-
-    def _check(self) -> None:
-        if self.url is not None and not self.url.startswith(tuple(f"{scheme}://" for scheme in REDIS_URL_SCHEMES)):
-            raise Invalid("url", f"{{key}} {self.url!r} must start with redis://, rediss:// or unix://")
-        together(self, "cert_file", "key_file")
 
 
 @dataclass(frozen=True, slots=True)

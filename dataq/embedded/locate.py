@@ -1,4 +1,5 @@
-"""Where a process finds its Redis: the configured URL, else the embedded redis-server of the data directory."""
+"""Where a process finds its Redis: the configured URL or sentinels, else the embedded redis-server of the data
+directory."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from dataclasses import dataclass
 from dataq.config import Settings
 from dataq.embedded.redis_server import EmbeddedRedis, find_running
 from dataq.logs import get_logger
+from dataq.store import redis_address
 
 log = get_logger()
 
 
 @dataclass
 class RedisHandle:
-    """Where Redis is, and the embedded server if this process started (and so owns) it."""
+    """Where Redis is (a URL, or the ``sentinel://`` address of the sentinels), and the embedded server if this
+    process started (and so owns) it."""
 
     url: str
     owned: EmbeddedRedis | None = None
@@ -24,7 +27,7 @@ class RedisHandle:
 
 
 def resolve_redis(settings: Settings, *, start_embedded: bool = False, die_with_parent: bool = False) -> RedisHandle:
-    """The configured Redis URL; without one, the embedded server of the data directory.
+    """The configured Redis URL or sentinels; without either, the embedded server of the data directory.
 
     Only ``dataq run`` starts (and owns) the embedded server here (``dataq redis`` runs one as a service). Every
     other command attaches to it, and while it is not up yet, gets StoreUnavailable and retries like for any Redis
@@ -33,6 +36,8 @@ def resolve_redis(settings: Settings, *, start_embedded: bool = False, die_with_
     """
     if settings.redis.url:
         return RedisHandle(settings.redis.url)
+    if (sentinels := redis_address(settings)) is not None:
+        return RedisHandle(sentinels)
     running = find_running(settings.data_dir)
     if running is not None:
         return RedisHandle(running)

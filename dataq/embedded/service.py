@@ -25,8 +25,9 @@ log = get_logger()
 
 async def run_embedded_redis(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
     """Run the data directory's redis-server until stopped; 1 if it dies on its own."""
-    if settings.redis.url:
-        log.info("[redis] url is configured: no embedded redis-server to run", url=settings.redis.url)
+    if not settings.redis.embedded:
+        log.info("[redis] url or sentinels are configured: no embedded redis-server to run",
+                 url=settings.redis.url, sentinels=settings.redis.sentinels)
         await systemd.ready("external Redis configured; nothing to run")
         return 0
     if stop is None:

@@ -31,6 +31,7 @@ from dataq.runtime.backoff import Backoff
 from dataq.runtime.children import die_with_parent
 from dataq.runtime.signals import install_stop_signals
 from dataq.runtime.supervise import EXIT_FAILED, Supervisor
+from dataq.store import redis_address
 
 CHILD_STOP_TIMEOUT_MARGIN = 10.0
 """Seconds a child gets beyond its own grace period to exit after SIGTERM, before SIGKILL."""
@@ -126,7 +127,10 @@ async def run_suite(
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop, on_force=lambda: _force_stop(plan, redis))
-    env = {**os.environ, "DATAQ_REDIS_URL": redis.url}
+    env = dict(os.environ)
+    if redis_address(settings) is None:
+        # Daemons attach to the very server this process found or started; sentinels they read from the settings.
+        env["DATAQ_REDIS_URL"] = redis.url
     if settings.source is not None:
         env["DATAQ_CONFIG"] = settings.source
     _announce(settings, redis.url, owned=redis.owned is not None)

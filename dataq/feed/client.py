@@ -29,6 +29,8 @@ DEFAULT_RETRY_FOR = 60.0
 """Seconds of failing to (re)connect after which a feeder gives up."""
 CONNECT_TIMEOUT = 10.0
 READ_CHUNK = 256 * 1024
+RESEND_LOG_EVERY = 1000
+"""A resend is logged once per this many (a replica can be missing for a long time)."""
 PRODUCER_CHUNK = 256
 """Items of a synchronous source handed to the sender at once (an async source's go one by one)."""
 PRODUCER_CHUNKS = 16
@@ -65,6 +67,8 @@ class FeedResult:
     errors: int = 0
     elapsed: float = 0.0
     reconnects: int = 0
+    resent: int = 0
+    """Records sent again because the daemon asked for it (not replicated in time)."""
     replies: list[Reply] | None = field(default_factory=list)
 
     @property
@@ -289,9 +293,10 @@ class Feeder:
         if in_flight:
             writer.write(b"".join(line for _, line, _ in in_flight))
             await writer.drain()
-        while not self._exhausted:
+        # Until every record is answered, not only sent: a reply may ask to send a record again.
+        while not (self._exhausted and not in_flight):
             room = self.window - len(in_flight)
-            if room <= 0:
+            if room <= 0 or self._exhausted:
                 self._room.clear()
                 await self._room.wait()
                 continue
@@ -340,12 +345,24 @@ class Feeder:
                     raise _ConnectionLost(reply.detail)
                 if not in_flight:
                     raise ProtocolError(f"unexpected reply {str(reply)!r}: no record is waiting for one")
-                index, _, expected = in_flight.popleft()
+                entry = in_flight.popleft()
+                index, _, expected = entry
                 if expected is not None and reply.ok and reply.detail != expected:
                     raise ProtocolError(f"reply {str(reply)!r} answers a record other than {expected}")
+                if reply.asks_to_resend:
+                    self._resend(entry, reply)
+                    continue
                 self._record(index, reply)
             if len(in_flight) < self.window:
                 self._room.set()
+
+    def _resend(self, entry: _Entry, reply: Reply) -> None:
+        """Send the record again: the daemon stored it, maybe, but could not yet promise to keep it."""
+        if self._result.resent % RESEND_LOG_EVERY == 0:
+            log.warning("the push daemon asks to send records again; resending", reason=reply.detail,
+                        resent_so_far=self._result.resent)
+        self._result.resent += 1
+        self._carry.appendleft(entry)
 
     def _record(self, index: int, reply: Reply) -> None:
         result = self._result

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataq.config import Settings
 from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
+from dataq.ops.health import replication_problems
 from dataq.ops.mail import MailNotifier
 from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals
 from dataq.ops.notices import LogNotifier, Notifier
@@ -19,6 +20,8 @@ from dataq.runtime import systemd
 from dataq.runtime.supervise import Supervisor, every
 from dataq.store import QueueStore
 
+REPLICATION_PROBE_INTERVAL = 5.0
+"""Seconds between two looks at the master's replicas and the sentinels (a change is logged as a warning)."""
 REDIS_PROBE_INTERVAL = 1.0
 """Seconds between two reads of the queue's state: they refresh the metrics' gauges and notice an outage (and
 its end) within this."""
@@ -47,13 +50,16 @@ class DaemonOps:
     async def start(self, store: QueueStore, supervisor: Supervisor, *, until: asyncio.Event,
                     liveness: Sequence[systemd.Liveness] = ()) -> None:
         """Serve metrics (if enabled; a port that cannot be bound is logged, never fatal) and start the loops:
-        mail delivery, the Redis watch, and the watchdog pinged while every ``liveness`` check holds."""
+        mail delivery, the Redis watch, the replication watch (with Sentinel or ``min_replicas``), and the
+        watchdog pinged while every ``liveness`` check holds."""
         config = self.settings.metrics
         if config.enabled:
             self._server = await self._serve_metrics(config.host, config.port_for(self.role))
         if self.mail is not None:
             supervisor.start("mail", self.mail.run, until=until)
         supervisor.start("redis-watch", lambda: self._watch_redis(store, until), until=until)
+        if store.highly_available:
+            supervisor.start("replication-watch", lambda: self._watch_replication(store, until), until=until)
         interval = systemd.watchdog_interval()
         if interval is not None:
             supervisor.start("watchdog", lambda: systemd.run_watchdog(interval, until, liveness), until=until)
@@ -95,6 +101,22 @@ class DaemonOps:
                 down = False
                 self.metrics.redis_reconnect()
                 self.redis_watch.available()
+
+    async def _watch_replication(self, store: QueueStore, until: asyncio.Event) -> None:
+        """Warn when a replica is missing or behind or a sentinel stops answering, and say when it is over: the
+        queue goes on meanwhile (writes that need a missing replica are refused and retried by their writers)."""
+        reported: list[str] = []
+        async for _ in every(REPLICATION_PROBE_INTERVAL, until):
+            try:
+                status = await store.replication_status()
+            except StoreUnavailable:
+                continue  # the Redis watch reports an outage
+            problems = replication_problems(status)
+            if problems and problems != reported:
+                log.warning("replication degraded", problems=problems, master=status.master)
+            elif reported and not problems:
+                log.info("replication healthy again", master=status.master, replicas=status.online)
+            reported = problems
 
     async def ready(self, status: str) -> None:
         await systemd.ready(status)

@@ -7,13 +7,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dataq.store import QueueStore
+from dataq.store import QueueStore, ReplicationStatus
 
 RATE_WINDOW = 60.0
 """Seconds of events the rates count."""
 RATE_KINDS = ("pushed", "done", "failed")
 RATE_CHUNK = 10_000
 """Events read per round trip when counting rates."""
+REPLICA_LAG_WARNING = 10
+"""Seconds without an acknowledgement from a replica after which it counts as falling behind."""
 RATE_EVENT_CAP = 500_000
 """Most events read for the rates; past it, the rates cover only the part of the window read."""
 
@@ -44,13 +46,37 @@ class Rates:
         return self.covered >= self.window
 
 
+def replication_problems(status: ReplicationStatus) -> list[str]:
+    """What is wrong with the master's replicas and sentinels, worst first (none: all is well)."""
+    problems = []
+    if status.online < status.min_replicas:
+        problems.append(f"only {status.online} replica(s) connected to the master {status.master}, "
+                        f"min_replicas is {status.min_replicas}: writes are refused")
+    for replica in status.replicas:
+        if replica.state != "online":
+            problems.append(f"replica {replica.address} is {replica.state}")
+        elif replica.lag_seconds is not None and replica.lag_seconds >= REPLICA_LAG_WARNING:
+            problems.append(f"replica {replica.address} has not acknowledged for {replica.lag_seconds} s")
+    if status.sentinels:
+        down = [address for address, up in status.sentinels.items() if not up]
+        if down:
+            problems.append(f"sentinel(s) {', '.join(down)} do not answer ({status.sentinels_up} of "
+                            f"{len(status.sentinels)} do)")
+    return problems
+
+
 async def check_health(store: QueueStore) -> Health:
-    """Redis answers and every daemon registered on the queue has a fresh heartbeat."""
+    """Redis answers, enough replicas are connected for ``min_replicas``, and every daemon registered on the
+    queue has a fresh heartbeat."""
     await store.ping()
     workers = await store.workers()
     dead = [w.worker_id for w in workers if w.heartbeat is None]
     registered = len(workers)
     alive = registered - len(dead)
+    if store.replication.enabled:
+        status = await store.replication_status()
+        if status.online < status.min_replicas:
+            return Health(False, replication_problems(status)[0], alive, registered)
     if not workers:
         return Health(False, f"no daemon is running for queue {store.queue}", 0, 0)
     if dead:

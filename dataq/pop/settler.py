@@ -18,7 +18,7 @@ from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.notices import Notifier, inactive_records_notice
 from dataq.record import Record
-from dataq.runtime.backoff import Backoff
+from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
 from dataq.store import FailOutcome, QueueStore
 
@@ -133,7 +133,7 @@ class Settler:
 
     async def run(self) -> None:
         """Settle results as they come, until cancelled; keep them through Redis outages."""
-        backoff = Backoff()
+        backoff = Backoff(cap=HOT_RETRY_CAP)
         while True:
             self.pulse.beat()
             if not self.pending:

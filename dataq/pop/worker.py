@@ -27,7 +27,7 @@ from dataq.ops.notices import Notifier
 from dataq.pop.deadlines import Deadlines
 from dataq.pop.settler import FailureObserver, Settler
 from dataq.record import Record
-from dataq.runtime.backoff import Backoff
+from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
 from dataq.runtime.systemd import STALL_AFTER
 from dataq.store import NOTICE_WORK, ClaimStatus, Flag, QueueStore
@@ -171,7 +171,7 @@ class PopWorker:
 
     async def claim_loop(self) -> None:
         """Claim and start records until :meth:`stop_claiming`; waits (never spins) when there is nothing to do."""
-        backoff = Backoff()
+        backoff = Backoff(cap=HOT_RETRY_CAP)
         self._claiming_started = True
         while self.claiming():
             self._pulse.beat()
@@ -200,7 +200,8 @@ class PopWorker:
             except StoreUnavailable as exc:
                 # The claim may have run with its reply lost: its records would sit in our processing list.
                 self._claim_lost = True
-                log.warning("redis unavailable; claiming paused", error=str(exc))
+                if backoff.attempt == 0:  # once per outage: retries come every half second at most
+                    log.warning("redis unavailable; claiming paused", error=str(exc))
                 await self._sleep(backoff.next_delay())
                 continue
             backoff.reset()

@@ -9,7 +9,10 @@ keeps each connection's replies in line order; the backlog of unanswered lines i
 
 When Redis fails, the committer retries the same batch, with the same push time and sources, until it is
 stored (the store reports a record the lost attempt stored as pushed, not as a duplicate): nothing is
-acknowledged that Redis does not hold, and a valid line never gets an ``Error`` for a Redis problem. Any other
+acknowledged that Redis does not hold, and a valid line never gets an ``Error`` for a Redis problem, but one:
+with ``min_replicas``, a batch that too few replicas confirmed in time is answered ``Error: not replicated ...``
+(:mod:`.unconfirmed` makes the resends come back ``Pushed``), as holding it could hold every feeder for as long
+as a replica is missing. Any other
 exception is a bug: it ends the committer, and with it the daemon (its supervisor sees to that); the records
 stay unanswered, and their feeders send them again to the restarted daemon.
 """
@@ -24,17 +27,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from dataq.errors import StoreError
+from dataq.errors import NotReplicated, StoreError
 from dataq.logs import get_logger
 from dataq.protocol import error_reply, ignored_reply, pushed_reply
 from dataq.push.gate import BLOCK_BACKLOG, BLOCK_REDIS, Gate
+from dataq.push.unconfirmed import Item, Replay, Unconfirmed
 from dataq.record import Record
-from dataq.runtime.backoff import Backoff
+from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
 from dataq.store import QueueStore
 
 PIPELINE_DEPTH = 2
 """Batches at Redis at once (see :meth:`Committer.run`)."""
+REPLICATED_PIPELINE_DEPTH = 8
+"""Batches at Redis at once when each waits for replicas (``min_replicas``): most of them are written and only
+wait, and the writes of one feeder follow each other without waiting for the replicas in between."""
 BACKLOG_LIMIT = 100_000
 """Entries waiting for the committer above which the daemon stops reading every socket (bounds memory)."""
 BACKLOG_RESUME = BACKLOG_LIMIT // 2
@@ -93,6 +100,8 @@ class Committer:
         self.stats = CommitStats()
         self.pulse = Pulse()
         """Turns with every batch and every attempt at one; rests while there is nothing to commit."""
+        self.unconfirmed = Unconfirmed()
+        """Records answered "not replicated", whose resends repeat the same write."""
         self._after_batch = after_batch
         self._pending: deque[Submission] = deque()
         self._backlog = 0
@@ -127,27 +136,32 @@ class Committer:
         """Commit forever (until cancelled), keeping up to ``depth`` batches at Redis at once.
 
         A second batch in flight lets Redis run one batch while this process answers the previous one and
-        packs the next, instead of each waiting for the other. Batches at Redis at the same time never hold
-        records of the same connection: Redis may finish a later batch first (it reads a big command in
-        pieces), and a feeder's records must enter the queue in the order it sent them. Answers go out in
-        submission order.
+        packs the next, instead of each waiting for the other. Batches being written at the same time never
+        hold records of the same connection: Redis may finish a later batch first (it reads a big command in
+        pieces), and a feeder's records must enter the queue in the order it sent them. A batch that the master
+        holds and only waits for its replicas (``min_replicas``) no longer holds its connections back. Answers go
+        out in submission order.
         """
-        commits: deque[tuple[list[Submission], asyncio.Task[_Stored | None]]] = deque()
+        commits: deque[_Commit] = deque()
         wake = self._wakeup
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 while self._pending and len(commits) < self.depth:
-                    taken = self._take({s.sink for batch, _ in commits for s in batch})
+                    taken = self._take({s.sink for commit in commits if commit.writing for s in commit.batch})
                     if taken is None:
                         break
-                    task = asyncio.create_task(self._store(*taken))
+                    written: asyncio.Future[None] = loop.create_future()
+                    written.add_done_callback(lambda _: wake.set())
+                    task = asyncio.create_task(self._store(*taken, written))
                     task.add_done_callback(lambda _: wake.set())
-                    commits.append((taken[0], task))
-                if commits and commits[0][1].done():
-                    batch, task = commits.popleft()
-                    await self._finish(batch, task.result())
+                    commits.append(_Commit(taken[0], task, written))
+                if commits and commits[0].task.done():
+                    commit = commits.popleft()
+                    await self._finish(commit.batch, commit.task.result())
                     continue
-                # Woken by a submission or a finished batch; nothing can happen between the checks and here.
+                # Woken by a submission, a written or a finished batch; nothing can happen between the checks
+                # and here.
                 wake.clear()
                 if commits:
                     await wake.wait()
@@ -157,15 +171,15 @@ class Committer:
                         await wake.wait()
                 self.pulse.beat()
         finally:
-            for _, task in commits:
-                task.cancel()
+            for commit in commits:
+                commit.task.cancel()
 
     async def _finish(self, batch: list[Submission], stored: _Stored | None) -> None:
-        self._answer(batch, stored.pushed if stored else [])
+        self._answer(batch, stored.pushed if stored else [], stored.error if stored else None)
         if self._full and self._backlog < BACKLOG_RESUME:
             self._full = False
             self.gate.block(BLOCK_BACKLOG, False)
-        if stored:
+        if stored and stored.error is None:
             await self._after_batch(stored.active_length)
 
     def _take(self, busy: set[ReplySink]) -> tuple[list[Submission], int] | None:
@@ -182,18 +196,33 @@ class Committer:
             records += submission.records
         return batch, records
 
-    async def _store(self, batch: list[Submission], records: int) -> _Stored | None:
-        """Store the batch's records, retrying until Redis has them (None if the batch holds none)."""
+    async def _store(self, batch: list[Submission], records: int, written: asyncio.Future[None]) -> _Stored | None:
+        """Store the batch's records, retrying until Redis has them (None if the batch holds none); ``written``
+        is set once the master holds them all."""
+        try:
+            return await self._store_records(batch, records, _setter(written))
+        finally:
+            _setter(written)()
+
+    async def _store_records(self, batch: list[Submission], records: int,
+                             on_written: Callable[[], None]) -> _Stored | None:
         if not records:
             return None
         items = [(e, s.sink.peer) for s in batch for e in s.entries if not isinstance(e, str)]
         # One push time for every attempt: it is what lets the store recognise a retried write.
         now = time.time()
-        backoff = Backoff()
+        replays = self.unconfirmed.replays(items)
+        backoff = Backoff(cap=HOT_RETRY_CAP)
         while True:
             self.pulse.beat()
             try:
-                result = await self.store.push_records(items, now=now, retry=backoff.attempt > 0)
+                stored = await self._push(items, now, replays, retry=backoff.attempt > 0, on_written=on_written)
+            except NotReplicated as exc:
+                # Redis took the batch, its replicas did not confirm it: refused, and the feeders send it again.
+                log.warning("records not replicated in time; answering them with an error", error=str(exc),
+                            records=len(items), confirmed_by=exc.confirmed)
+                self.unconfirmed.remember(items, now, replays)
+                stored = _Stored([], 0, error=str(exc))
             except StoreError as exc:
                 if backoff.attempt == 0:
                     log.warning("cannot store records; holding their replies and retrying", error=str(exc),
@@ -201,12 +230,36 @@ class Committer:
                     self.gate.block(BLOCK_REDIS)
                 await backoff.wait()
                 continue
+            else:
+                self.unconfirmed.confirmed(items)
             if backoff.attempt:
                 log.info("records stored again after a failure", records=len(items), attempts=backoff.attempt + 1)
                 self.gate.block(BLOCK_REDIS, False)
-            return _Stored(result.pushed, result.active_length)
+            return stored
 
-    def _answer(self, batch: list[Submission], pushed: list[bool]) -> None:
+    async def _push(self, items: list[Item], now: float, replays: list[Replay], *, retry: bool,
+                    on_written: Callable[[], None]) -> _Stored:
+        """One attempt: the resends of unconfirmed writes repeat those writes, the rest is written at ``now``;
+        ``on_written`` once the master holds the last of them."""
+        if not replays:
+            result = await self.store.push_records(items, now=now, retry=retry, on_written=on_written)
+            return _Stored(result.pushed, result.active_length)
+        pushed = [False] * len(items)
+        replayed = {position for replay in replays for position in replay.positions}
+        for replay in replays:
+            result = await self.store.push_records(replay.items, now=replay.pushed_at, retry=True)
+            for position, was_pushed in zip(replay.positions, result.pushed, strict=True):
+                pushed[position] = was_pushed
+        rest = [position for position in range(len(items)) if position not in replayed]
+        if rest:
+            result = await self.store.push_records([items[i] for i in rest], now=now, retry=retry,
+                                                   on_written=on_written)
+            for position, was_pushed in zip(rest, result.pushed, strict=True):
+                pushed[position] = was_pushed
+        return _Stored(pushed, result.active_length)
+
+    def _answer(self, batch: list[Submission], pushed: list[bool], error: str | None = None) -> None:
+        """Answer each line: its refusal, ``error`` for every record when the batch failed, else pushed or not."""
         stats = self.stats
         stats.batches += 1
         debug = _stdlib_log.isEnabledFor(logging.DEBUG)
@@ -220,7 +273,10 @@ class Committer:
                     stats.errors += 1
                     continue
                 checksum = entry.checksum
-                if pushed[index]:
+                if error is not None:
+                    parts.append(error_reply(error))
+                    stats.errors += 1
+                elif pushed[index]:
                     parts.append(pushed_reply(checksum))
                     stats.pushed += 1
                     if debug:
@@ -235,7 +291,31 @@ class Committer:
             submission.sink.deliver("".join(parts).encode(), len(submission.entries))
 
 
+def _setter(future: asyncio.Future[None]) -> Callable[[], None]:
+    def set_once() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    return set_once
+
+
+@dataclass(slots=True)
+class _Commit:
+    """A batch at Redis."""
+
+    batch: list[Submission]
+    task: asyncio.Task[_Stored | None]
+    written: asyncio.Future[None]
+    """Set once the master holds the batch (it may still wait for replicas)."""
+
+    @property
+    def writing(self) -> bool:
+        return not self.written.done()
+
+
 @dataclass(slots=True)
 class _Stored:
     pushed: list[bool]
     active_length: int
+    error: str | None = None
+    """Why every record of the batch is refused (not replicated), or None."""

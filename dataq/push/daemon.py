@@ -24,7 +24,7 @@ from dataq.errors import ConfigError, DataqError, StoreError
 from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier, read_off_notice
-from dataq.push.committer import Committer
+from dataq.push.committer import PIPELINE_DEPTH, REPLICATED_PIPELINE_DEPTH, Committer
 from dataq.push.gate import BLOCK_READ_OFF, BLOCK_STARTING, Gate
 from dataq.push.listener import Listener
 from dataq.runtime.identity import make_worker_id
@@ -80,7 +80,8 @@ class PushDaemon:
         self.worker_id = make_worker_id("push")
         self.tls = server_tls_context(push)
         self.gate = Gate()
-        self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch)
+        self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,
+                                   depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH)
         self.listener = Listener(
             self.committer,
             self.gate,

@@ -10,6 +10,10 @@ BACKOFF_INITIAL = 0.05
 """First wait after a failure, in seconds: short, since most Redis hiccups are restarts."""
 BACKOFF_CAP = 5.0
 """Longest wait between retries: an operator fixing Redis should not wait long for dataq to notice."""
+HOT_RETRY_CAP = 0.5
+"""Longest wait between retries of the loops records wait on (the push daemon's commits, the pop daemon's claims
+and settling): a fail-over is over within seconds, and an attempt costs little (a refused connection, or a
+question to the sentinels)."""
 
 
 class Backoff:

@@ -8,9 +8,18 @@ from __future__ import annotations
 from dataq.config import Settings
 from dataq.store.admin import AdminOps
 from dataq.store.base import NOTICE_WORK
-from dataq.store.connection import connect
+from dataq.store.connection import client_options, connect
 from dataq.store.lease import LeaseOps
 from dataq.store.lifecycle import LifecycleOps
+from dataq.store.replication import (
+    SENTINEL_SCHEME,
+    Replication,
+    SentinelTarget,
+    connect_sentinel,
+    parse_sentinel_address,
+    sentinel_address,
+)
+from dataq.store.topology import TopologyOps
 from dataq.store.types import (
     Claim,
     ClaimStatus,
@@ -21,20 +30,33 @@ from dataq.store.types import (
     QueueList,
     Reclaimed,
     RecordState,
+    Replica,
+    ReplicationStatus,
     Summary,
     Worker,
 )
 
 
-class QueueStore(LifecycleOps, AdminOps, LeaseOps):
+class QueueStore(LifecycleOps, AdminOps, LeaseOps, TopologyOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
     def open(cls, settings: Settings, url: str, queue: str) -> QueueStore:
-        """A store for ``queue`` on ``url`` with the settings' TLS options, timeouts and event limits."""
+        """A store for ``queue`` on ``url`` (or the ``sentinel://`` address of :func:`redis_address`) with the
+        settings' TLS options (URLs), credentials (sentinels), timeouts, replication and event limits."""
         redis = settings.redis
-        return cls.from_url(url, queue, events_max_len=settings.events.max_len, ca_file=redis.ca_file,
-                            cert_file=redis.cert_file, key_file=redis.key_file, socket_timeout=redis.socket_timeout)
+        replication = Replication(redis.min_replicas, redis.replica_timeout)
+        if url.startswith(f"{SENTINEL_SCHEME}://"):
+            base = client_options(socket_timeout=redis.socket_timeout)
+            sentinel_options = {**base, "username": redis.sentinel_username, "password": redis.sentinel_password}
+            options = {**base, "username": redis.username, "password": redis.password}
+            client, sentinel = connect_sentinel(parse_sentinel_address(url), sentinel_options=sentinel_options,
+                                                options=options)
+            return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
+                       sentinel=sentinel)
+        client = connect(url, ca_file=redis.ca_file, cert_file=redis.cert_file, key_file=redis.key_file,
+                         socket_timeout=redis.socket_timeout)
+        return cls(client, queue, events_max_len=settings.events.max_len, replication=replication)
 
     @classmethod
     def from_url(
@@ -51,6 +73,14 @@ class QueueStore(LifecycleOps, AdminOps, LeaseOps):
         return cls(client, queue, events_max_len=events_max_len)
 
 
+def redis_address(settings: Settings) -> str | None:
+    """The ``sentinel://`` address of the configured sentinels, or None when none are configured."""
+    redis = settings.redis
+    if not redis.sentinels or redis.master_name is None:
+        return None
+    return sentinel_address(redis.sentinel_hosts, redis.master_name)
+
+
 __all__ = [
     "NOTICE_WORK",
     "Claim",
@@ -63,7 +93,11 @@ __all__ = [
     "QueueStore",
     "Reclaimed",
     "RecordState",
+    "Replica",
+    "ReplicationStatus",
+    "SentinelTarget",
     "Summary",
     "Worker",
     "connect",
+    "redis_address",
 ]

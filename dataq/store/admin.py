@@ -60,6 +60,7 @@ class AdminOps(StoreBase):
                 k.counters,
             ],
             [mode, first, last, self.events_max_len, source.value, other.value],
+            replicated=True,
         )
         return int(moved)
 
@@ -104,6 +105,7 @@ class AdminOps(StoreBase):
                         k.counters,
                     ],
                     [ACTIVATE_ALL_CHUNK, self.events_max_len],
+                    replicated=True,
                 )
             )
             total += moved
@@ -125,7 +127,7 @@ class AdminOps(StoreBase):
             *data,
             *(k.processing(w) for w in workers),
         ]
-        return int(await self._script("clear", keys, [self.events_max_len]))
+        return int(await self._script("clear", keys, [self.events_max_len], replicated=True))
 
     @translated
     async def summary(self) -> Summary:

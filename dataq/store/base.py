@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel
 from redis.commands.core import AsyncScript
 
 from dataq.keys import QueueKeys
 from dataq.store.connection import load_scripts
+from dataq.store.replication import Replication
 
 NOTICE_WORK = "work"
 """Published when records become runnable, so idle pop daemons claim at once instead of polling."""
@@ -27,6 +30,8 @@ class StoreBase:
         queue: str,
         *,
         events_max_len: int = DEFAULT_EVENTS_MAX_LEN,
+        replication: Replication | None = None,
+        sentinel: Sentinel | None = None,
     ) -> None:
         self.client = client
         # redis-py types every reply as ``bytes | str`` whatever ``decode_responses`` says; this client always
@@ -35,10 +40,22 @@ class StoreBase:
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.events_max_len = events_max_len
+        self.replication = replication or Replication()
+        self.sentinel = sentinel
+        """The sentinels this store's master was found through (None: a Redis URL)."""
         self._scripts: dict[str, AsyncScript] = load_scripts(client)
 
-    async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._scripts[name](keys=keys, args=args)
+    async def _script(self, name: str, keys: list[str], args: list[Any], *, replicated: bool = False,
+                      on_written: Callable[[], None] | None = None) -> Any:
+        """Run a script; ``replicated``: a write a fail-over must not undo, confirmed by ``min_replicas``.
+        ``on_written`` is called once the master has run it (with replicas to wait for, before they confirm)."""
+        if replicated and self.replication.enabled:
+            return await self.replication.run(self.client, self._scripts[name], keys, args, self.keys.counters,
+                                              on_written)
+        reply = await self._scripts[name](keys=keys, args=args)
+        if on_written is not None:
+            on_written()
+        return reply
 
     async def _announce_work(self) -> None:
         """Tell idle pop daemons that records became runnable (a hint: they also poll)."""
@@ -46,3 +63,5 @@ class StoreBase:
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.sentinel is not None:
+            await self.sentinel.aclose()

@@ -46,6 +46,33 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def client_options(
+    *,
+    tls: bool = False,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
+) -> dict[str, Any]:
+    """The options every dataq client of a Redis server gets (a URL's own, or a sentinel-found master's)."""
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 30,
+    }
+    if tls:
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+        if ca_file:
+            options["ssl_ca_certs"] = ca_file
+        if cert_file:
+            options["ssl_certfile"] = cert_file
+        if key_file:
+            options["ssl_keyfile"] = key_file
+    return options
+
+
 def connect(
     url: str,
     *,
@@ -54,25 +81,12 @@ def connect(
     key_file: str | None = None,
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT,
 ) -> aioredis.Redis:
-    """The one place a Redis client is built: ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs."""
+    """The one place a client of a Redis URL is built: ``redis://``, ``rediss://`` (TLS) or ``unix://``."""
     scheme = urlparse(url).scheme
     if scheme not in REDIS_URL_SCHEMES:
         raise StoreError(f"Redis URL {url!r} must start with redis://, rediss:// or unix://")
-    options: dict[str, Any] = {
-        "decode_responses": True,
-        "socket_timeout": socket_timeout,
-        "socket_connect_timeout": socket_timeout,
-        "retry": Retry(NoBackoff(), 0),
-        "health_check_interval": 30,
-    }
-    if scheme == "rediss":
-        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
-        if ca_file:
-            options["ssl_ca_certs"] = ca_file
-        if cert_file:
-            options["ssl_certfile"] = cert_file
-        if key_file:
-            options["ssl_keyfile"] = key_file
+    options = client_options(tls=scheme == "rediss", ca_file=ca_file, cert_file=cert_file, key_file=key_file,
+                             socket_timeout=socket_timeout)
     try:
         return aioredis.Redis.from_url(url, **options)
     except ValueError as exc:
@@ -110,11 +124,14 @@ def translate(exc: Exception) -> Exception:
     """The dataq error for a redis-py error (or the error itself when it is not one)."""
     if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError)):
         return StoreUnavailable(f"Redis is unavailable: {exc}")
+    if isinstance(exc, rexc.ReadOnlyError):
+        # A master turned replica by a fail-over that this client has not followed yet.
+        return StoreUnavailable(f"Redis is unavailable: READONLY {exc}")
     if isinstance(exc, rexc.ResponseError):
         message = str(exc)
         if message.startswith(_RANGE_ERROR_PREFIX):
             return RangeError(message[len(_RANGE_ERROR_PREFIX) :])
-        if message.startswith(("LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")):
+        if message.startswith(("LOADING", "MASTERDOWN", "READONLY", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")):
             return StoreUnavailable(f"Redis is unavailable: {message}")
         return StoreError(f"Redis refused the operation: {message}")
     if isinstance(exc, rexc.RedisError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import redis.exceptions as rexc
@@ -48,13 +48,15 @@ class LifecycleOps(StoreBase):
 
     @translated
     async def push_records(
-        self, items: Sequence[tuple[Record, str]], now: float | None = None, *, retry: bool = False
+        self, items: Sequence[tuple[Record, str]], now: float | None = None, *, retry: bool = False,
+        on_written: Callable[[], None] | None = None,
     ) -> PushResult:
         """:meth:`push_batch` with a source per record (the push daemon's group commit of many feeders).
 
         One round trip, which also tells idle pop daemons there is work. Retry an unknown outcome with the same
         items and ``now`` and ``retry=True``: records the lost attempt stored report as pushed, even those a
-        worker has finished since (they are not queued again).
+        worker has finished since (they are not queued again). ``on_written`` is called once the master holds
+        the records, before replicas confirm them (``min_replicas``).
         """
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
@@ -62,7 +64,8 @@ class LifecycleOps(StoreBase):
         ids = "\n".join([record.checksum for record, _ in items])
         values = "\n".join(encode_stored(items, pushed_at))
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values]
-        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters], args)
+        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters], args, replicated=True,
+                                   on_written=on_written)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
 
@@ -110,6 +113,7 @@ class LifecycleOps(StoreBase):
                 k.counters,
             ],
             args,
+            replicated=True,
         )
         return [ch == "1" for ch in status]
 
@@ -143,6 +147,7 @@ class LifecycleOps(StoreBase):
                 k.counters,
             ],
             args,
+            replicated=True,
         )
         return [FailOutcome(ch) for ch in status]
 
@@ -250,6 +255,7 @@ class LifecycleOps(StoreBase):
             "set_flag",
             [k.flags, k.events],
             [flag.value, "on" if on else "off", self.events_max_len, k.notices, who],
+            replicated=True,
         )
         return bool(previous == "on")
 

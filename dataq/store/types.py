@@ -106,3 +106,36 @@ class Worker:
     worker_id: str
     info: dict[str, object]
     heartbeat: dict[str, object] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A replica as its master sees it."""
+
+    address: str
+    state: str
+    """``online`` once it streams from the master; ``wait_bgsave``, ``send_bulk``... while it syncs."""
+    lag_bytes: int
+    """How far its acknowledged offset is behind the master's."""
+    lag_seconds: int | None
+    """Seconds since its last acknowledgement."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationStatus:
+    """The master a store writes to, its replicas, and the sentinels (when Redis is found through them)."""
+
+    master: str
+    replicas: tuple[Replica, ...]
+    min_replicas: int
+    sentinels: dict[str, bool] | None
+    """Each configured sentinel and whether it answers; None without Sentinel."""
+
+    @property
+    def online(self) -> int:
+        """Replicas streaming from the master (the ones WAIT can count on)."""
+        return sum(1 for replica in self.replicas if replica.state == "online")
+
+    @property
+    def sentinels_up(self) -> int:
+        return sum(self.sentinels.values()) if self.sentinels else 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from dataq.ops.health import RATE_WINDOW, check_health, rates
+from dataq.ops.health import RATE_WINDOW, REPLICA_LAG_WARNING, check_health, rates, replication_problems
+from dataq.store import Replica, ReplicationStatus
 from tests.helpers import fake_store, make_records
 
 
@@ -42,3 +43,35 @@ async def test_rates_count_the_last_minutes_events_per_minute() -> None:
     assert measured.per_minute["pushed"] == 30.0 * 60.0 / RATE_WINDOW
     assert measured.per_minute["done"] == 0.0
     assert measured.complete
+
+
+# --- replication ---------------------------------------------------------------------------------------------
+
+
+def status(*replicas: Replica, min_replicas: int = 1,
+           sentinels: dict[str, bool] | None = None) -> ReplicationStatus:
+    return ReplicationStatus("10.0.0.1:6379", replicas, min_replicas, sentinels)
+
+
+ONLINE = Replica("10.0.0.2:6379", "online", 0, 0)
+
+
+def test_a_healthy_replication_has_no_problem() -> None:
+    assert replication_problems(status(ONLINE, sentinels={"10.0.0.1:26379": True, "10.0.0.2:26379": True})) == []
+
+
+def test_fewer_replicas_than_min_replicas_come_first_and_say_writes_are_refused() -> None:
+    problems = replication_problems(status(Replica("10.0.0.2:6379", "wait_bgsave", 0, None), min_replicas=1))
+    assert problems == [
+        "only 0 replica(s) connected to the master 10.0.0.1:6379, min_replicas is 1: writes are refused",
+        "replica 10.0.0.2:6379 is wait_bgsave",
+    ]
+
+
+def test_a_replica_falling_behind_and_a_silent_sentinel_are_named() -> None:
+    behind = Replica("10.0.0.3:6379", "online", 5_000_000, REPLICA_LAG_WARNING)
+    problems = replication_problems(status(ONLINE, behind, sentinels={"a:1": True, "b:2": False, "c:3": True}))
+    assert problems == [
+        f"replica 10.0.0.3:6379 has not acknowledged for {REPLICA_LAG_WARNING} s",
+        "sentinel(s) b:2 do not answer (2 of 3 do)",
+    ]

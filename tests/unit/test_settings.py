@@ -451,3 +451,49 @@ def test_log_dir_resolves_to_the_configured_dir_then_system_dir_then_data_dir(tm
     blocked = tmp_path / "file" / "dataq"
     (tmp_path / "file").write_text("")
     assert LogSettings().resolved_dir("/data", system_dir=str(blocked)) == "/data/log"
+
+
+# --- high availability ---------------------------------------------------------------------------------------
+
+
+def test_sentinels_name_the_master_and_its_replication_settings(tmp_path: Path) -> None:
+    redis = load(tmp_path, """
+[redis]
+sentinels = ["10.0.0.1:26379", "[fd00::2]:26380", "sentinel-3"]
+master_name = "dataq"
+sentinel_password = "s3cret"
+min_replicas = 1
+replica_timeout = 0.5
+""").redis
+    assert redis.sentinel_hosts == (("10.0.0.1", 26379), ("fd00::2", 26380), ("sentinel-3", 26379))
+    assert (redis.master_name, redis.sentinel_password, redis.min_replicas, redis.replica_timeout) == (
+        "dataq", "s3cret", 1, 0.5)
+
+
+def test_min_replicas_works_with_a_plain_url(tmp_path: Path) -> None:
+    redis = load(tmp_path, '[redis]\nurl = "redis://db:6379/0"\nmin_replicas = 2\n').redis
+    assert (redis.url, redis.min_replicas, redis.sentinels) == ("redis://db:6379/0", 2, ())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('sentinels = ["a:1"]\nmaster_name = "m"\nurl = "redis://x:1"',
+         "keys 'redis.sentinels' and 'redis.url' exclude each other"),
+        ('sentinels = ["a:1"]', "key 'redis.master_name' must be set with 'redis.sentinels'"),
+        ('sentinels = ["a:99999"]\nmaster_name = "m"', "'a:99999' has no valid port (1-65535)"),
+        ('sentinels = ["::1"]\nmaster_name = "m"', "write an IPv6 address as [address]:port"),
+        ('master_name = "m"', "key 'redis.master_name' needs 'redis.sentinels'"),
+        ('sentinel_password = "p"', "key 'redis.sentinel_password' needs 'redis.sentinels'"),
+        ("min_replicas = 1", "key 'redis.min_replicas' needs replicas: set 'redis.url' or 'redis.sentinels'"),
+        ('url = "redis://x:1"\nmin_replicas = -1', "key 'redis.min_replicas' must be at least 0"),
+        ('url = "redis://x:1"\nreplica_timeout = 0', "key 'redis.replica_timeout' must be greater than 0"),
+    ],
+)
+def test_high_availability_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
+    assert message in error_of(tmp_path, f"[redis]\n{text}\n")
+
+
+def test_a_redis_url_override_conflicts_with_configured_sentinels(tmp_path: Path) -> None:
+    text = '[redis]\nsentinels = ["a:1"]\nmaster_name = "m"\n'
+    assert "exclude each other" in error_of(tmp_path, text, DATAQ_REDIS_URL="redis://x:1")
