@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataq.errors import ActionError, Permanent, Retryable
+
 from .base import Action, ActionContext, NoOptions
 from .registry import ENTRY_POINT_GROUP, load_actions
 
-__all__ = ["ENTRY_POINT_GROUP", "Action", "ActionContext", "NoOptions", "load_actions"]
+__all__ = ["ENTRY_POINT_GROUP", "Action", "ActionContext", "ActionError", "NoOptions", "Permanent", "Retryable",
+           "load_actions"]

@@ -5,6 +5,15 @@ An action is a class with a ``name``, a frozen dataclass of typed ``Options`` (r
 returns when the record is done and raises :class:`~dataq.errors.ActionError` saying what failed otherwise; any
 other exception counts as a failure too (and is logged with its traceback, as it is probably a bug).
 
+Failures are of two kinds (:mod:`dataq.pop.failure`). :class:`~dataq.errors.Retryable` says the destination
+cannot be reached now (connection refused, a timeout, a temporary refusal such as SMTP's 4xx): the record goes
+back to the next-to-run end of the active list without counting a failure, and after a few in a row the pop
+daemon marks that destination unreachable and sends one record at a time as a probe, with capped exponential
+back-off, until one succeeds. :class:`~dataq.errors.Permanent` (or any other ActionError) says the record is at
+fault (checksum or size mismatch, missing source, refused path): it counts toward ``max_errors``. An exception
+that is not an ActionError is transient if it is the network's (ConnectionError, TimeoutError, OSError with
+ECONNREFUSED, EHOSTUNREACH...), else it counts.
+
 An action gets its options and an :class:`ActionContext`: the queue's settings, how many records its pop daemon
 runs at once, and leases (one writer at a time for work outside Redis, such as a catalog). It has no other way
 to Redis, and no settings of other sections.
@@ -84,8 +93,15 @@ class Action(Generic[OptionsT]):
         """Release what :meth:`start` acquired; called once at shutdown, after the last run."""
 
     async def run(self, record: Record) -> None:
-        """Act on one record: return when done, raise ActionError (with what failed) when not."""
+        """Act on one record: return when done, raise ActionError (with what failed) when not: Retryable when
+        the destination cannot be reached now (the record waits, and its errors are not counted), Permanent or
+        any other ActionError when the record itself is at fault (counted toward ``max_errors``)."""
         raise NotImplementedError
+
+    def destination(self, record: Record) -> str | None:
+        """Where this action sends the record (a host, a mounted storage), shown when it is unreachable; None:
+        the action's name stands for it. A Retryable that names its own destination wins."""
+        return None
 
     def __repr__(self) -> str:
         return f"<action {self.name} {self.options!r}>"

@@ -82,6 +82,9 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         if not await asyncio.to_thread(os.path.isdir, self.options.root):
             raise ActionError(f"disk_store root {self.options.root} is not a directory")
 
+    def destination(self, record: Record) -> str | None:
+        return self.options.root
+
     async def run(self, record: Record) -> None:
         options = self.options
         relative = render(options.layout, record_values(record))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dataq.checksum import CHUNK_BYTES, DEFAULT_ALGORITHM, Aborted, hash_fd, hash_file
-from dataq.errors import ActionError
+from dataq.errors import ActionError, Permanent, Retryable
 from dataq.record import Record
 
 from .layout import UnsafePath, safe_parts
@@ -39,21 +39,25 @@ TEMP_NAME_KEEP = 100
 """Characters of the final name kept in a temporary name (a name may be 255 bytes; NAME_MAX must hold)."""
 # Hard links make publishing no-clobber; these errors mean the filesystem has none, so rename is used instead.
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
+# A storage that went away or is full: an outage of the destination (an operator mounts or frees it), not a
+# fault of the record, so such failures are Retryable and do not count toward max_errors.
+_STORAGE_OUTAGES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS,
+                              errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ETIMEDOUT})
 # What opening a directory component with O_NOFOLLOW reports for a symlink or a non-directory.
 _NOT_A_PLAIN_DIR = frozenset({errno.ELOOP, errno.ENOTDIR})
 
 T = TypeVar("T")
 
 
-class SourceMismatch(ActionError):
+class SourceMismatch(Permanent):
     """The source file is missing or its size or checksum differs from its record."""
 
 
-class CopyMismatch(ActionError):
+class CopyMismatch(Permanent):
     """The copy read back differs from the record (bad disk, memory or network); nothing was published."""
 
 
-class StorageConflict(ActionError):
+class StorageConflict(Permanent):
     """The target name already holds different data; it is left alone for an operator to look at."""
 
 
@@ -260,9 +264,11 @@ def store_sync(record: Record, root: str, relative: str, *, algorithm: str = DEF
     try:
         dir_fd = open_beneath(root, tuple(dirs))
     except FileNotFoundError as exc:
-        raise ActionError(f"storage root {root} or a directory in it does not exist") from exc
+        if not os.path.isdir(root):  # unmounted, or removed: the storage is away, not the record wrong
+            raise Retryable(f"storage root {root} does not exist", destination=root) from exc
+        raise ActionError(f"a directory of {shown} does not exist") from exc
     except OSError as exc:
-        raise _failure(exc, record, shown) from exc
+        raise _failure(exc, record, root, shown) from exc
     try:
         copied = not _existing(dir_fd, name, shown, record, algorithm, abort)
         if copied:
@@ -271,7 +277,7 @@ def store_sync(record: Record, root: str, relative: str, *, algorithm: str = DEF
             # Already stored (a retry): the source may only go if it really is the data we hold.
             check_source_sync(record, algorithm, abort)
     except OSError as exc:
-        raise _failure(exc, record, shown) from exc
+        raise _failure(exc, record, root, shown) from exc
     finally:
         os.close(dir_fd)
     if remove_source:
@@ -279,9 +285,11 @@ def store_sync(record: Record, root: str, relative: str, *, algorithm: str = DEF
     return Stored(shown, copied)
 
 
-def _failure(exc: OSError, record: Record, shown: str) -> ActionError:
+def _failure(exc: OSError, record: Record, root: str, shown: str) -> ActionError:
     if exc.errno == errno.ENOSPC:
-        return ActionError(f"no space left on the device of {shown} ({record.size} bytes to store)")
+        return Retryable(f"no space left on the device of {shown} ({record.size} bytes to store)", destination=root)
+    if exc.errno in _STORAGE_OUTAGES:
+        return Retryable(f"cannot store {record.path} as {shown}: {exc.strerror or exc}", destination=root)
     return ActionError(f"cannot store {record.path} as {shown}: {exc.strerror or exc}")
 
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
 from dataq.config import MAX_PORT
-from dataq.errors import ActionError, ActionTimeout, DataqError
+from dataq.errors import ActionError, DataqError, Retryable
 from dataq.feed.client import Feeder
 from dataq.logs import get_logger
 from dataq.protocol import ReplyKind
@@ -86,6 +86,12 @@ RSYNC_EXIT_MEANINGS = {
     23: "partial transfer due to error", 24: "partial transfer due to vanished source files",
     30: "timeout in data send/receive", 35: "timeout waiting for daemon connection",
 }
+RSYNC_UNREACHABLE = frozenset({10, 12, 30, 35, 255})
+"""Exit statuses that mean the far side could not be reached or went away: socket I/O (a refused connection),
+a broken protocol stream (the peer died), the two timeouts, and ssh's own failure."""
+RSYNC_BUSY_OR_FULL = ("max connections", "No space left on device", "Disk quota exceeded")
+"""Words of rsync's stderr that mean the far side cannot take the file for now (a daemon at its connection
+limit, a full disk): outages an operator or time cures, not faults of the record."""
 # Names never start with "-": ssh would take such a host or user for an option.
 _HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])"
 _USER = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?"
@@ -202,12 +208,16 @@ async def run_command(argv: list[str]) -> Completed:
     return Completed(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
 
 
-def _failure(what: str, result: Completed) -> ActionError:
+def _failure(what: str, result: Completed, destination: str) -> ActionError:
+    """The error of a failed rsync: Retryable when the far side could not be reached or could not take the file
+    for now (:data:`RSYNC_UNREACHABLE`, :data:`RSYNC_BUSY_OR_FULL`), which is an outage of ``destination``."""
     meaning = RSYNC_EXIT_MEANINGS.get(result.status, "")
     tail = " | ".join(result.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
-    cls = ActionTimeout if result.status in (30, 35) else ActionError
-    return cls(f"{what} failed with exit status {result.status}{f' ({meaning})' if meaning else ''}"
-               f"{f': {tail}' if tail else ''}")
+    message = f"{what} failed with exit status {result.status}{f' ({meaning})' if meaning else ''}" \
+              f"{f': {tail}' if tail else ''}"
+    if result.status in RSYNC_UNREACHABLE or any(sign in result.stderr for sign in RSYNC_BUSY_OR_FULL):
+        return Retryable(message, destination=destination)
+    return ActionError(message)
 
 
 class NetworkMoveAction(Action[NetworkMoveOptions]):
@@ -220,6 +230,9 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
         if shutil.which(self.options.rsync) is None:
             raise ActionError(f"network_move: rsync program {self.options.rsync!r} not found")
+
+    def destination(self, record: Record) -> str | None:
+        return self.options.destination
 
     def _rsync_args(self) -> list[str]:
         options = self.options
@@ -254,7 +267,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         mkpath = ["--mkpath"] if options.create_dirs else []
         result = await run_command([*self._rsync_args(), "--times", *mkpath, "--", record.path, target])
         if result.status != 0:
-            raise _failure(f"rsync of {record.path} to {target}", result)
+            raise _failure(f"rsync of {record.path} to {target}", result, options.destination)
         if not options.verify:
             return
         item, reported = await self._describe(
@@ -287,7 +300,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         argv = [*argv[:1], "--checksum-choice=md5", f"--out-format={VERIFY_MARK} %i %C", *argv[1:]]
         result = await run_command(argv)
         if result.status != 0:
-            raise _failure(what, result)
+            raise _failure(what, result, self.options.destination)
         lines = [line.split() for line in result.stdout.splitlines() if line.startswith(f"{VERIFY_MARK} ")]
         if len(lines) != 1 or len(lines[0]) < 2:
             raise ActionError(f"{what}: rsync did not describe the file ({result.stdout.strip()!r})")
@@ -316,5 +329,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                 raise ActionError(f"next site {site} refused the record: {reply.detail}")
             log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
             return
-        raise ActionError(f"no next site took the record: {'; '.join(problems)}")
+        # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
+        raise Retryable(f"no next site took the record: {'; '.join(problems)}",
+                        destination=f"next sites {', '.join(self.options.next_sites)}")
 

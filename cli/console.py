@@ -16,6 +16,7 @@ import click
 from dataq.config import Settings
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
+from dataq.logs import configure_logging
 from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
 
@@ -30,6 +31,7 @@ from .options import (
     EXIT_USAGE,
     config_option,
     load_or_exit,
+    loglevel_option,
     queue_option,
 )
 from .render import Renderer
@@ -79,6 +81,13 @@ def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRu
     return tuple(pushes)
 
 
+def _checked_id(record_id: str, rules: RecordRules) -> str:
+    try:
+        return rules.check_checksum(record_id)
+    except InvalidRecord as exc:
+        raise InvalidRecord(f"--show {record_id!r}: {exc}") from exc
+
+
 def _check_files(load: str | None, dump: str | None) -> None:
     """Refuse unusable files before any step runs, so a typo in a path changes nothing."""
     if load is not None and load != files.STDIN and not (os.path.isfile(load) and os.access(load, os.R_OK)):
@@ -107,6 +116,11 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @queue_option
 @click.option("--redis", "redis_url", metavar="URL", default=None,
               help="Redis URL (redis://, rediss://, unix://) instead of the settings' one.")
+@click.option("--host", "redis_host", metavar="HOST", default=None,
+              help="Redis host instead of the settings' URL's (whose port, db and credentials stay; or 127.0.0.1).")
+@click.option("--port", "redis_port", type=click.INT, metavar="PORT", default=None,
+              help="Redis port instead of the settings' URL's (or 6379). Neither with --redis nor [redis] sentinels.")
+@loglevel_option("Log diagnostics (dataq's and its libraries') from this level on, to stderr.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document per switch per line, for scripts.")
 @click.option("-s", "--summary", is_flag=True,
               help="Counts, flags, live workers and pushed/done/failed rates per minute.")
@@ -115,6 +129,8 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
               help="One line per record: '<checksum> : path=<path>, size=<size>'; active: next to run last.")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="List at most this many records.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many records of the list first.")
+@click.option("--show", metavar="ID", default=None,
+              help="Everything about one record: fields, where it is, errors, last error, events.")
 @click.option("-a", "--action", type=ON_OFF, default=None, help="Turn on/off running actions on queue records.")
 @click.option("-r", "--read", type=ON_OFF, default=None, help="Turn on/off reading feeders and pushing to the queue.")
 @click.option("--clear", is_flag=True, help="Forget every record of the queue without running any action.")
@@ -144,12 +160,16 @@ def main(
     config_path: str | None,
     queue_name: str | None,
     redis_url: str | None,
+    redis_host: str | None,
+    redis_port: int | None,
+    loglevel: str | None,
     as_json: bool,
     summary: bool,
     info: bool,
     list_: str | None,
     limit: int | None,
     offset: int,
+    show: str | None,
     action: str | None,
     read: str | None,
     clear: bool,
@@ -175,7 +195,16 @@ def main(
     """
     if (limit is not None or offset) and list_ is None:
         raise click.UsageError("--limit and --offset page --list; give --list too")
+    if redis_url is not None and (redis_host is not None or redis_port is not None):
+        raise click.UsageError("--redis and --host/--port both name the Redis server; give one or the other")
     settings = load_or_exit(config_path)
+    if redis_host is not None or redis_port is not None:
+        try:
+            redis_url = settings.redis.url_at(redis_host, redis_port)
+        except ValueError as exc:
+            raise click.UsageError(f"--host/--port: {exc}") from exc
+    if loglevel is not None:  # stderr only: stdout carries the switches' output
+        configure_logging(component="dataq-cli", level=loglevel, fmt=settings.log.format)
     try:
         queue = settings.queue(queue_name)
     except ConfigError as exc:
@@ -196,6 +225,7 @@ def main(
             listing=list_,
             offset=offset,
             limit=limit,
+            show=None if show is None else _checked_id(show, queue.rules),
             events=DEFAULT_EVENTS if follow and events is None else events,
             follow=follow,
             workers=workers,

@@ -10,8 +10,16 @@ from typing import Any
 import click
 
 from dataq import __version__
-from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, EXIT_INTERRUPTED, config_option, load_or_exit, queue_option
-from dataq.config import MAX_PORT, Settings
+from dataq.cli.options import (
+    EXIT_CONFIG,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    config_option,
+    load_or_exit,
+    loglevel_option,
+    queue_option,
+)
+from dataq.config import MAX_PORT, Settings, load_settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging, get_logger
 from dataq.ops.crash import SEND_TIMEOUT
@@ -26,6 +34,37 @@ def _logging(settings: Settings, component: str) -> None:
         log_dir=settings.log.resolved_dir(settings.data_dir),
         fmt=settings.log.format,
     )
+
+
+def _daemon_settings(
+    config_path: str | None, queue_name: str | None, host: str | None, port: int | None, loglevel: str | None
+) -> tuple[Settings, str]:
+    """A daemon's settings and queue, with the 2014 switches ``--host --port --loglevel`` over file and environment.
+
+    ``--host`` and ``--port`` say where the queue's push daemon listens: they set ``push.host``, and the key its
+    port comes from (the queue's ``push_port`` if set, else ``push.port``), so an explicit ``--port`` wins.
+    ``--loglevel`` sets ``log.level``. A mistake of the file or environment exits with the configuration status;
+    the switches are then checked as the keys they set (by the settings' own rules), a refused one is a usage error.
+    """
+    settings = load_or_exit(config_path)
+    try:
+        queue = settings.queue(queue_name)
+    except ConfigError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_CONFIG) from exc
+    options: dict[tuple[str, ...], tuple[str, object]] = {}
+    if host is not None:
+        options["push", "host"] = ("--host", host)
+    if port is not None:
+        options[("push", "port") if queue.push_port is None else ("queues", queue.name, "push_port")] = ("--port", port)
+    if loglevel is not None:
+        options["log", "level"] = ("--loglevel", loglevel)
+    if not options:
+        return settings, queue.name
+    try:
+        return load_settings(config_path, options=options), queue.name
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> None:
@@ -51,26 +90,38 @@ def main() -> None:
 @main.command()
 @config_option
 @queue_option
-def push(config_path: str | None, queue_name: str | None) -> None:
+@click.option("--host", metavar="HOST", default=None, help="Address to listen on, instead of [push] host.")
+@click.option("--port", type=click.INT, metavar="PORT", default=None,
+              help="Port to listen on, instead of the queue's push_port or [push] port (0: any free port).")
+@loglevel_option("Least severe level logged, instead of [log] level.")
+def push(config_path: str | None, queue_name: str | None, host: str | None, port: int | None,
+         loglevel: str | None) -> None:
     """Run the push daemon: read records from TCP feeders into the queue."""
     from dataq.push.daemon import run_push_daemon
 
-    settings = load_or_exit(config_path)
+    settings, queue = _daemon_settings(config_path, queue_name, host, port, loglevel)
     _logging(settings, "push")
-    _run(run_push_daemon(settings, settings.queue(queue_name).name))
+    _run(run_push_daemon(settings, queue))
 
 
 @main.command()
 @config_option
 @queue_option
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), default=None, help="Records run at once.")
-def pop(config_path: str | None, queue_name: str | None, concurrency: int | None) -> None:
+# The 2014 dataq_pop_svc.py took --host/--port too: accepted (and checked) so its command lines keep working.
+@click.option("--host", metavar="HOST", default=None,
+              help="As for dataq push; checked, but a pop daemon listens on nothing (the 2014 switch).")
+@click.option("--port", type=click.INT, metavar="PORT", default=None,
+              help="As for dataq push; checked, but a pop daemon listens on nothing (the 2014 switch).")
+@loglevel_option("Least severe level logged, instead of [log] level.")
+def pop(config_path: str | None, queue_name: str | None, concurrency: int | None, host: str | None,
+        port: int | None, loglevel: str | None) -> None:
     """Run the pop daemon: claim records and run the queue's actions on them."""
     from dataq.pop.daemon import run_pop_daemon
 
-    settings = load_or_exit(config_path)
+    settings, queue = _daemon_settings(config_path, queue_name, host, port, loglevel)
     _logging(settings, "pop")
-    _run(run_pop_daemon(settings, settings.queue(queue_name).name, concurrency=concurrency))
+    _run(run_pop_daemon(settings, queue, concurrency=concurrency))
 
 
 @main.command()

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from dataq.ops.health import check_health, rates
+from dataq.ops.health import check_health, rates, unreachable_destinations
 from dataq.protocol import ignored_reply, pushed_reply
 from dataq.record import Record, RecordRules
 from dataq.store import Flag, QueueList, QueueStore
@@ -55,6 +55,8 @@ class Request:
     """What --list names: ``active``, ``inactive`` or ``records`` (every tracked record, in no particular order)."""
     offset: int = 0
     limit: int | None = None
+    show: str | None = None
+    """The id --show asks about (checked against the queue's checksum pattern)."""
     events: int | None = None
     follow: bool = False
     workers: bool = False
@@ -141,10 +143,21 @@ async def _list(ctx: Context) -> None:
     ctx.out.list_begin(request.listing, request.offset, request.limit)
     written = 0
     while page is not None:
-        ctx.out.list_chunk(page, written)
+        # Inactive records say why they are there: one more round trip per page.
+        failures = await ctx.store.failures([r.id for r in page]) if request.listing == "inactive" else None
+        ctx.out.list_chunk(page, written, failures)
         written += len(page)
         page = await anext(pages, None)
     ctx.out.list_end(written)
+
+
+async def _show(ctx: Context) -> None:
+    if ctx.request.show is None:
+        return
+    view = await ctx.store.show(ctx.request.show)
+    ctx.out.show(view)
+    if view.where == "unknown":
+        ctx.status = EXIT_FAILURE
 
 
 async def _pages(
@@ -214,9 +227,11 @@ async def _summary(ctx: Context) -> None:
     if not ctx.request.summary:
         return
     summary = await ctx.store.summary()
-    alive = sum(1 for w in await ctx.store.workers() if w.heartbeat is not None)
+    workers = await ctx.store.workers()
+    alive = sum(1 for w in workers if w.heartbeat is not None)
     replication = await ctx.store.replication_status() if ctx.store.highly_available else None
-    ctx.out.summary(summary, alive, await rates(ctx.store), replication)
+    ctx.out.summary(summary, alive, await rates(ctx.store), replication,
+                    unreachable_destinations(workers, summary))
 
 
 async def _follow(ctx: Context) -> None:
@@ -254,6 +269,7 @@ PLAN: tuple[tuple[str, str, Step], ...] = (
     ("--advance, --deactivate, --activate, --delete, --redo", "range moves, in this order", _moves),
     ("--dump", "write the list to a file", _dump),
     ("--list", "print the list", _list),
+    ("--show", "print everything about one record", _show),
     ("--events", "print the last events", _events),
     ("--workers", "print the worker registry", _workers),
     ("--info", "print the Redis server's state", _info),

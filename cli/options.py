@@ -9,6 +9,7 @@ import click
 
 from dataq.config import Settings, load_settings
 from dataq.errors import DataqError
+from dataq.logs import LOG_LEVELS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,17 +20,33 @@ EXIT_CONFIG = 3
 EXIT_UNAVAILABLE = 4
 EXIT_INTERRUPTED = 130
 """Interrupted by Ctrl-C: the status a shell reports for a process killed by SIGINT."""
+LEGACY_LOG_LEVELS = {"CRITICAL": "error", **{level.upper(): level for level in reversed(LOG_LEVELS)}}
+"""The 2014 data-q's ``--loglevel`` values -> dataq's levels. dataq logs nothing above error, so CRITICAL is
+error (other libraries' critical records pass either way)."""
 
 
 def config_option(func: F) -> F:
-    """``--config FILE`` (or ``DATAQ_CONFIG``)."""
+    """``--config FILE`` (or ``DATAQ_CONFIG``); ``--cfg FILE`` is its 2014 name."""
     return click.option(
         "--config",
+        "--cfg",
         "config_path",
         type=click.Path(dir_okay=False),
         default=None,
         help="Settings file (TOML). Default: $DATAQ_CONFIG, else built-in defaults.",
     )(func)
+
+
+def loglevel_option(help: str) -> Callable[[F], F]:
+    """``--loglevel LEVEL``: the 2014 switch, any case; the command gets one of dataq's LOG_LEVELS, or None."""
+    return click.option(
+        "--loglevel",
+        type=click.Choice(tuple(LEGACY_LOG_LEVELS), case_sensitive=False),
+        metavar=f"[{'|'.join(LEGACY_LOG_LEVELS)}]",
+        default=None,
+        callback=lambda _ctx, _param, value: None if value is None else LEGACY_LOG_LEVELS[value.upper()],
+        help=f"{help} Any case; CRITICAL counts as ERROR (dataq logs nothing above it).",
+    )
 
 
 def queue_option(func: F) -> F:

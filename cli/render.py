@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from dataq.ops.health import Rates, replication_problems
+from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.record import Record, format_list_line
-from dataq.store import Event, Flag, ReplicationStatus, Summary, Worker
+from dataq.store import Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
 
 MOVE_MESSAGES = {
     "advance": "Advanced {n} records to next-in-line",
@@ -35,14 +35,47 @@ def _when(timestamp: object) -> str:
     return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
 
 
-def record_doc(record: Record) -> dict[str, Any]:
-    return {
+def record_doc(record: Record, failures: Failures | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "checksum": record.checksum,
         "path": record.path,
         "size": record.size,
         "pushed_at": record.pushed_at,
         "source": record.source,
     }
+    if failures is not None:
+        doc.update(errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error)
+    return doc
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _failure_suffix(failures: Failures | None) -> str:
+    """What ``--list inactive`` adds to a record's line: ``, errors=N[, crashes=N][, error=<last error>]``.
+
+    The error comes last because it is free text (it may hold commas); a record an operator deactivated, which
+    never failed, has no ``error=`` part."""
+    if failures is None:
+        return ", errors=0"
+    crashes = f", crashes={failures.crashes}" if failures.crashes else ""
+    error = f", error={_one_line(failures.last_error)}" if failures.last_error else ""
+    return f", errors={failures.errors}{crashes}{error}"
+
+
+def _place(view: RecordView) -> str:
+    if view.where == "active":
+        return f"active, {view.place} of {view.active_length} in the run order (1 runs next)"
+    if view.where == "in-flight":
+        return f"in flight, held by worker {view.worker or '(none found: being moved)'}"
+    if view.where == "delayed":
+        return f"delayed until {_when(view.due)}"
+    if view.where == "done":
+        return "done (acknowledged: no longer tracked)"
+    if view.where == "unknown":
+        return "unknown: not tracked, and no event of it is left in the stream"
+    return view.where
 
 
 def event_doc(event: Event) -> dict[str, Any]:
@@ -143,14 +176,40 @@ class Renderer:
                                "limit": limit})
             click.echo(head[:-1] + ', "records": [', nl=False)
 
-    def list_chunk(self, records: Sequence[Record], written: int) -> None:
+    def list_chunk(self, records: Sequence[Record], written: int,
+                   failures: Mapping[str, Failures] | None = None) -> None:
+        """One page of a list; with ``failures`` (the inactive list), each record's failure history too."""
         if not records:
             return
         if self.as_json:
-            body = ", ".join(json.dumps(record_doc(r)) for r in records)
+            body = ", ".join(json.dumps(record_doc(r, None if failures is None else failures.get(r.id)))
+                             for r in records)
             click.echo((", " if written else "") + body, nl=False)
-        else:
+        elif failures is None:
             click.echo("\n".join(format_list_line(r) for r in records))
+        else:
+            click.echo("\n".join(format_list_line(r) + _failure_suffix(failures.get(r.id)) for r in records))
+
+    def show(self, view: RecordView) -> None:
+        failures = view.failures
+        if self.as_json:
+            self._doc("show", record=view.record_id, where=view.where, place=view.place,
+                      active_length=view.active_length, worker=view.worker, due=view.due,
+                      fields=None if view.record is None else record_doc(view.record),
+                      errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error,
+                      events=[event_doc(e) for e in view.events])
+            return
+        record = view.record
+        lines = [f"Record {view.record_id} of queue {self.queue}", f"  where:      {_place(view)}"]
+        if record is not None:
+            lines += [f"  path:       {record.path}", f"  size:       {record.size}",
+                      f"  pushed:     {_when(record.pushed_at)} by {record.source or '-'}"]
+        lines += [f"  errors:     {failures.errors}", f"  crashes:    {failures.crashes}",
+                  f"  last error: {_one_line(failures.last_error) if failures.last_error else '-'}",
+                  f"  events:     {len(view.events)}{' (none left in the stream)' if not view.events else ''}"]
+        self._text("\n".join(lines))
+        for event in view.events:
+            self.event(event)
 
     def list_end(self, count: int) -> None:
         if self.as_json:
@@ -216,9 +275,9 @@ class Renderer:
             self._text(f"{'OK' if healthy else 'UNHEALTHY'}: {reason}")
 
     def summary(self, summary: Summary, alive: int, rates: Rates,
-                replication: ReplicationStatus | None = None) -> None:
+                replication: ReplicationStatus | None = None, unreachable: Sequence[Unreachable] = ()) -> None:
         if self.as_json:
-            extra = {} if replication is None else {"replication": _replication_doc(replication)}
+            extra: dict[str, Any] = {} if replication is None else {"replication": _replication_doc(replication)}
             self._doc(
                 "summary",
                 **extra,
@@ -231,6 +290,8 @@ class Renderer:
                 read=summary.read,
                 workers=summary.workers,
                 alive_workers=alive,
+                unreachable=[{"destination": u.destination, "since": u.since, "waiting": u.waiting,
+                              "error": u.error, "workers": list(u.workers)} for u in unreachable],
                 counters=summary.counters,
                 rates={
                     **{f"{kind}_per_minute": round(value, 3) for kind, value in rates.per_minute.items()},
@@ -258,6 +319,8 @@ class Renderer:
             f"  workers:   {alive} live ({summary.workers} registered)",
             f"  rates:     {per_minute} per minute ({span})",
         ]
+        lines += [f"  unreachable: {u.destination} since {_when(u.since)} ({_duration(time.time() - u.since)}), "
+                  f"{u.waiting} records waiting; last error: {_one_line(u.error)}" for u in unreachable]
         if replication is not None:
             lines += [f"  {key + ':':<10} {value}" for key, value in _replication_lines(replication).items()]
             lines += [f"  warning:   {problem}" for problem in replication_problems(replication)]
@@ -283,6 +346,15 @@ def _replication_doc(status: ReplicationStatus) -> dict[str, Any]:
         "sentinels": status.sentinels,
         "problems": replication_problems(status),
     }
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``3.5 h``: how long an outage has lasted, at a glance."""
+    if seconds < 120:
+        return f"{max(0.0, seconds):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _on_off(on: bool) -> str:

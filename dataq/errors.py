@@ -48,6 +48,25 @@ class ActionTimeout(ActionError):
     """An action did not finish within its timeout."""
 
 
+class Retryable(ActionError):
+    """A transient failure: the destination cannot be reached now (connection refused, timed out, a temporary
+    refusal). It does not count toward ``max_errors``: the record goes back to the next-to-run end of the active
+    list, and after a few in a row the destination is marked unreachable and probed with back-off.
+
+    ``destination`` names what is unreachable (the key of its circuit breaker); None: the action's own
+    :meth:`~dataq.actions.Action.destination` for the record, or else the action's name.
+    """
+
+    def __init__(self, message: str = "", *, destination: str | None = None) -> None:
+        super().__init__(message)
+        self.destination = destination
+
+
+class Permanent(ActionError):
+    """A failure that trying again soon will not cure (checksum or size mismatch, missing source, refused path).
+    It counts toward ``max_errors``, like any :class:`ActionError` that is not :class:`Retryable`."""
+
+
 class ProtocolError(DataqError):
     """A peer broke the line protocol (over-long line, connection closed mid-reply, unexpected reply)."""
 

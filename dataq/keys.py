@@ -19,12 +19,14 @@ key                    type    what it holds                                    
                                                                                             them to active
 ``errors``             hash    id -> action failures so far (absent = 0).                   fail; removed on
                                                                                             ack/activate
-``lasterror``          hash    id -> the last failure's message.                            fail; as errors
+``lasterror``          hash    id -> the last failure's message (a transient one too:       fail, postpone;
+                               why a record waits for its destination).                     as errors
 ``crashes``            hash    id -> times its worker died while running it.                sweeper; as errors
 ``flags``              hash    ``action`` and ``read`` -> ``on``/``off`` (absent = on).     CLI, push daemon;
                                                                                             permanent
 ``counters``           hash    monotonic totals: pushed, duplicate, claimed, done, failed,  scripts; permanent
-                               deactivated, ... (for metrics and rates); replica_retries
+                               deactivated, waiting (records put back for an unreachable
+                               destination), ... (for metrics and rates); replica_retries
                                (writes that re-confirm an unconfirmed one, min_replicas)
 ``events``             stream  one entry per event: ``k`` kind, ``id``, ``d`` detail;        scripts; trimmed
                                a push writes one ``pushed`` entry per batch, its ids        by length and age

@@ -88,13 +88,14 @@ class RsyncDaemon:
         config.write_text("\n".join(lines) + "\n")
         return config
 
-    def start(self) -> None:
+    def start(self, port: int | None = None) -> None:
+        """Start listening, on ``port`` if given (a destination that comes back), else on a free port."""
         rsync = shutil.which("rsync")
         if rsync is None:
             pytest.skip("rsync is not installed")
         config = self._write_config()
-        for _ in range(DAEMON_START_ATTEMPTS):
-            self.port = free_port()
+        for _ in range(1 if port else DAEMON_START_ATTEMPTS):
+            self.port = port or free_port()
             self.process = subprocess.Popen(
                 [rsync, "--daemon", "--no-detach", f"--config={config}", f"--port={self.port}",
                  f"--address={LOOPBACK}"],

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from dataq.actions.archive.batcher import MicroBatcher
 from dataq.actions.base import Action, ActionContext
-from dataq.errors import ActionError, ConfigError, StoreError
+from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
 from dataq.record import Record
 
@@ -192,6 +192,14 @@ def brief(exc: BaseException) -> str:
     return first if len(first) <= ERROR_MAX_CHARS else first[: ERROR_MAX_CHARS - 3] + "..."
 
 
+def spark_failure(exc: BaseException, spark: str) -> ActionError:
+    """A Spark job's failure: Retryable when the driver lost its way to the JVM or the cluster (Py4J's network
+    error, a refused connection), which is an outage of ``spark``; else the batch's records are at fault."""
+    lost = isinstance(exc, ConnectionError) or any(cls.__name__ == "Py4JNetworkError" for cls in type(exc).__mro__)
+    message = f"Spark job failed: {brief(exc)}"
+    return Retryable(message, destination=spark) if lost else ActionError(message)
+
+
 # --- the action ----------------------------------------------------------------------------------------------------
 
 
@@ -203,7 +211,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
 
     def __init__(self, options: ArchiveIngestOptions, context: ActionContext) -> None:
         super().__init__(options, context)
-        self._batcher: MicroBatcher[Record, str | None] = MicroBatcher(
+        self._batcher: MicroBatcher[Record, ActionError | None] = MicroBatcher(
             self._ingest, size=options.batch_size, age=options.batch_age, in_flight=MAX_BATCHES_IN_FLIGHT)
         self._job: IngestJob | None = None
         self._job_lock = asyncio.Lock()
@@ -220,10 +228,17 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
                         "unless dataq pop --concurrency raises it", concurrency=self.context.concurrency,
                         batch_size=self.options.batch_size, batch_age=self.options.batch_age)
 
+    @property
+    def _spark(self) -> str:
+        return f"spark {self.options.master}"
+
+    def destination(self, record: Record) -> str | None:
+        return self._spark
+
     async def run(self, record: Record) -> None:
         error = await self._batcher.submit(record)
         if error is not None:
-            raise ActionError(error)
+            raise error
 
     async def close(self) -> None:
         try:
@@ -247,13 +262,15 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
                 try:
                     spark = await asyncio.to_thread(SESSIONS.acquire, self.options.session_spec())
                 except Exception as exc:
-                    raise ActionError(f"Spark did not start: {brief(exc)}") from exc
+                    # Java and pyspark were checked at start-up: what fails here is reaching the master.
+                    raise Retryable(f"Spark did not start: {brief(exc)}",
+                                    destination=self._spark) from exc
                 self._job = IngestJob(spark, archive_root=self.options.archive_root,
                                       catalog_path=self.options.catalog_path, queue=self.queue.name,
                                       algorithm=self.options.checksum_algorithm, fsync=self.options.fsync)
             return self._job
 
-    async def _ingest(self, records: list[Record]) -> list[str | None]:
+    async def _ingest(self, records: list[Record]) -> list[ActionError | None]:
         """One batch: per record None (archived, now or before) or what failed."""
         started = time.monotonic()
         firsts: dict[str, Record] = {}
@@ -270,10 +287,10 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
             results = await asyncio.to_thread(job.process, items) if items else []
             copied = time.monotonic()
         except ActionError as exc:
-            return [str(exc)] * len(records)
+            return [exc] * len(records)
         except Exception as exc:
             log.exception("archive batch failed in Spark", records=len(records))
-            return [f"Spark job failed: {brief(exc)}"] * len(records)
+            return [spark_failure(exc, self._spark)] * len(records)
         archived = _sort_results(todo, results, errors)
         present: set[str] = set()
         if archived:
@@ -287,9 +304,10 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
         log.info("archive batch", records=len(records), archived=len(archived) - len(present),
                  already=len(known) + len(present), failed=len(errors), check_s=round(checked - started, 3),
                  copy_s=round(copied - checked, 3), append_s=round(time.monotonic() - copied, 3))
-        for checksum, error in errors.items():
-            log.warning("archive ingest failed", id=checksum, error=error)
-        return [errors.get(record.checksum) for record in records]
+        for checksum, message in errors.items():
+            log.warning("archive ingest failed", id=checksum, error=message)
+        failures = {checksum: ActionError(message) for checksum, message in errors.items()}
+        return [failures.get(record.checksum) for record in records]
 
     async def _commit(self, job: IngestJob, archived: list[tuple[str, str, Metadata]], seen: frozenset[str]
                       ) -> set[str]:

@@ -112,16 +112,14 @@ def freeze(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Origins:
-    """Where values came from, so an error names the file or the environment variable to fix."""
+    """Where values came from, so an error names the file, environment variable or option to fix."""
 
     source: str | None
-    env: Mapping[str, str]
-    """Dotted key -> the environment variable that set it."""
+    overridden: Mapping[str, str]
+    """Dotted key -> what set it instead of the file: ``environment variable DATAQ_...`` or ``option --...``."""
 
     def error(self, key: str, message: str) -> ConfigError:
-        variable = self.env.get(key)
-        return ConfigError(f"{f'environment variable {variable}' if variable else self.source or 'settings'}: "
-                           f"{message}")
+        return ConfigError(f"{self.overridden.get(key) or self.source or 'settings'}: {message}")
 
 
 def read_toml(source: str) -> dict[str, Any]:
@@ -171,7 +169,7 @@ def _convert(tp: Any, value: Any, key: str, origins: Origins) -> Any:
     if origin in (types.UnionType, typing.Union):
         (inner,) = (arg for arg in args if arg is not type(None))
         return None if value == "" else _convert(inner, value, key, origins)
-    if isinstance(value, str) and key in origins.env and tp in (int, float):
+    if isinstance(value, str) and key in origins.overridden and tp in (int, float):
         with contextlib.suppress(ValueError):  # text that does not parse is reported below, as text
             value = tp(value)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):

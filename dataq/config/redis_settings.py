@@ -7,7 +7,9 @@ fail-overs), or neither (an embedded redis-server in ``data_dir``). ``min_replic
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 from dataq.config.loader import MAX_PORT, Invalid, Section, setting, together
 
@@ -17,6 +19,11 @@ APPENDFSYNC_CHOICES = ("always", "everysec", "no")
 DEFAULT_APPENDFSYNC = "always"
 """redis-server's ``appendfsync`` policies; ``always`` is the only one that loses no acknowledged record."""
 DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_REDIS_HOST = "127.0.0.1"
+DEFAULT_REDIS_PORT = 6379
+"""Where :meth:`RedisSettings.url_at` points when neither the caller nor ``url`` names the host or the port."""
+URL_HOST_PATTERN = re.compile(r"[A-Za-z0-9._-]+|\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]?")
+"""A host name, an IPv4 address or an IPv6 address (bracketed or not): what may stand as the host of a URL."""
 
 
 def parse_host_port(text: str, default_port: int = DEFAULT_SENTINEL_PORT) -> tuple[str, int]:
@@ -107,3 +114,35 @@ class RedisSettings(Section):
     def sentinel_hosts(self) -> tuple[tuple[str, int], ...]:
         """``sentinels`` as (host, port) pairs."""
         return tuple(parse_host_port(address) for address in self.sentinels)
+
+    def url_at(self, host: str | None = None, port: int | None = None) -> str:
+        """The URL of the server at ``host``:``port``: the 2014 ``dataq_cli.py --host HOST --port PORT``.
+
+        A host or port not given is ``url``'s, else 127.0.0.1 or 6379. Only they change: ``url``'s scheme
+        (``rediss``: TLS), credentials and database stay (a ``unix://`` url keeps its credentials and database,
+        over ``redis://``). Raises ValueError with ``sentinels`` (Redis is the master they name), or for a host or
+        port that cannot be in a URL.
+        """
+        if self.sentinels:
+            raise ValueError("the settings reach Redis through [redis] sentinels, which name the master; "
+                             "a host and port cannot stand for them")
+        if host is not None and URL_HOST_PATTERN.fullmatch(host) is None:
+            raise ValueError(f"{host!r} is not a host name or an IP address")
+        if port is not None and not 0 < port <= MAX_PORT:
+            raise ValueError(f"port {port} is not between 1 and {MAX_PORT}")
+        parts = urlsplit(self.url or "redis://")
+        userinfo, _, _ = parts.netloc.rpartition("@")
+        if parts.scheme == "unix":
+            query = parse_qs(parts.query).get("db", ["0"])
+            scheme, path, query_text, old_host, old_port = "redis", f"/{query[-1]}", "", None, None
+        else:
+            try:
+                old_host, old_port = parts.hostname, parts.port
+            except ValueError as exc:
+                raise ValueError(f"[redis] url {self.url!r}: {exc}") from exc
+            scheme, path, query_text = parts.scheme, parts.path if parts.path.strip("/") else "/0", parts.query
+        host = (host or old_host or DEFAULT_REDIS_HOST).strip("[]")
+        address = f"[{host}]" if ":" in host else host
+        credentials = f"{userinfo}@" if userinfo else ""
+        query_part = f"?{query_text}" if query_text else ""
+        return f"{scheme}://{credentials}{address}:{port or old_port or DEFAULT_REDIS_PORT}{path}{query_part}"

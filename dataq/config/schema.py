@@ -64,6 +64,10 @@ ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
 """An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
 import path ``module:Class`` (with an optional ``:argument``)."""
 
+RESUME_MEMORY_FRACTION = 0.9
+"""``[push] resume_memory`` when unset: nine tenths of ``max_memory``."""
+
+
 def heartbeat_rule(section: PushSettings | PopSettings) -> None:
     """A heartbeat must outlive the interval between two beats, or a live daemon would look dead."""
     if section.heartbeat_ttl <= section.heartbeat_interval:
@@ -95,16 +99,42 @@ class PushSettings(Section):
     """CA that feeders' client certificates must chain to (None: no client certificate asked for)."""
     resume_below: int | None = setting(None, ge=0)
     """Low-water mark: turn ``read`` back on when the active queue falls below it (None: never automatically)."""
+    max_memory: float | None = setting(None, gt=0)
+    """Turn ``read`` off when Redis's ``used_memory`` passes this: a fraction of its ``maxmemory`` when at most 1,
+    else bytes (None: never)."""
+    resume_memory: float | None = setting(None, gt=0)
+    """Turn ``read`` back on below this, in the unit of ``max_memory`` (None: nine tenths of ``max_memory``)."""
     heartbeat_interval: float = setting(1.0, gt=0)
     """Seconds between two heartbeats of the daemon in the worker registry."""
     heartbeat_ttl: float = setting(10.0, gt=0)
     """Seconds without a heartbeat after which the daemon counts as dead (``dataq-cli --health`` says so)."""
+
+    def memory_limits(self, maxmemory: int) -> tuple[int, int] | None:
+        """(turn read off at, turn it back on below) in bytes, for a Redis whose ``maxmemory`` is given (0: none
+        set); None when there is no limit to watch (none configured, or a fraction of a maxmemory of 0)."""
+        if self.max_memory is None:
+            return None
+        resume = self.resume_memory if self.resume_memory is not None else self.max_memory * RESUME_MEMORY_FRACTION
+        if self.max_memory > 1:
+            return int(self.max_memory), int(resume)
+        if maxmemory <= 0:
+            return None
+        return int(self.max_memory * maxmemory), int(resume * maxmemory)
 
     def _check(self) -> None:
         heartbeat_rule(self)
         if not self.host:
             raise Invalid("host", "key '{key}' must not be empty (use 0.0.0.0 or :: for every interface)")
         together(self, "tls_cert", "tls_key")
+        if self.resume_memory is not None:
+            if self.max_memory is None:
+                raise Invalid("resume_memory", "key '{key}' needs '{table}.max_memory'")
+            if (self.resume_memory <= 1) != (self.max_memory <= 1):
+                raise Invalid("resume_memory", f"key '{{key}}' ({self.resume_memory:g}) and '{{table}}.max_memory' "
+                              f"({self.max_memory:g}) must both be fractions of maxmemory (at most 1) or both bytes")
+            if self.resume_memory >= self.max_memory:
+                raise Invalid("resume_memory", f"key '{{key}}' ({self.resume_memory:g}) must be less than "
+                              f"'{{table}}.max_memory' ({self.max_memory:g})")
         if self.tls_ca is not None and self.tls_cert is None:
             raise Invalid("tls_ca", "key '{key}' needs '{table}.tls_cert' and '{table}.tls_key'")
 
@@ -125,9 +155,19 @@ class PopSettings(Section):
     """Seconds running actions get to finish on shutdown before they are cancelled (0: cancel at once)."""
     max_crashes: int = setting(3, ge=0)
     """Times a record's worker may die while running it before the record goes inactive."""
+    unreachable_after: int = setting(3, ge=1)
+    """Transient failures in a row against one destination (connection refused, timed out) after which it is
+    unreachable: records wait in the active list, and one at a time is sent as a probe."""
+    probe_delay: float = setting(1.0, gt=0)
+    """Seconds (at most) before the first probe of an unreachable destination; each failed probe doubles it."""
+    probe_max_delay: float = setting(60.0, gt=0)
+    """Longest wait between two probes."""
 
     def _check(self) -> None:
         heartbeat_rule(self)
+        if self.probe_max_delay < self.probe_delay:
+            raise Invalid("probe_max_delay", f"key '{{key}}' ({self.probe_max_delay}) must not be less than "
+                          f"{{table}}.probe_delay ({self.probe_delay})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +220,12 @@ class QueueSettings(Section):
     max_queue_size: int = setting(1_000_000, ge=1)
     """Active records above which the push daemon turns ``read`` off."""
     retry_delay: float = setting(0.0, ge=0)
-    """Seconds a failed record waits before it runs again."""
+    """Seconds a failed record waits before it runs again the first time (0: at once)."""
+    retry_backoff: float = setting(2.0, ge=1)
+    """Each further failure of a record multiplies its wait by this."""
+    retry_max_delay: float = setting(3600.0, gt=0)
+    """Longest wait of a failed record before it runs again (the waits are also shortened by up to a fifth, at
+    random, so records failed together do not fall due together)."""
     action_timeout: float = setting(600.0, gt=0)
     """Seconds one action may run on one record before it counts as failed."""
     checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
@@ -211,6 +256,9 @@ class QueueSettings(Section):
             # 'sleep:0.5', 'site.mod:Class' for 'site.mod:Class:arg'); the action registry checks which one.
             if not any(entry == action or entry.startswith(f"{action}:") for entry in actions):
                 raise Invalid(action, f"{{key}}: options for action {action!r}, which is not in {{table}}.actions")
+        if self.retry_max_delay < self.retry_delay:
+            raise Invalid("retry_max_delay", f"key '{{key}}' ({self.retry_max_delay}) must not be less than "
+                          f"{{table}}.retry_delay ({self.retry_delay})")
         try:
             object.__setattr__(self, "_rules", RecordRules(self.checksum_pattern))
         except InvalidRecord as exc:
@@ -283,25 +331,35 @@ class Settings(Section):
         return self.push.port if port is None else port
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Load the settings file (``path``, else ``$DATAQ_CONFIG``, else none) and apply the environment overrides.
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    options: Mapping[tuple[str, ...], tuple[str, object]] | None = None,
+) -> Settings:
+    """Load the settings file (``path``, else ``$DATAQ_CONFIG``, else none) and apply the environment overrides,
+    then ``options``: the command line's, key path -> (option, value), e.g. ``{("push", "port"): ("--port", 9000)}``
+    (a path, not a dotted key, as a queue's name may hold a dot).
 
-    Raises ConfigError naming the file or variable, the key and the problem.
+    Each override is checked as the key it sets. Raises ConfigError naming the file, variable or option, the key
+    and the problem.
     """
     env = os.environ if environ is None else environ
     source = os.fspath(path) if path is not None else (env.get(CONFIG_ENV) or None)
     raw = {} if source is None else read_toml(source)
     raw.setdefault("data_dir", default_data_dir(env))
+    overrides: list[tuple[tuple[str, ...], object, str]] = [
+        (tuple(key.split(".")), env[variable], f"environment variable {variable}")
+        for variable, key in ENV_OVERRIDES.items() if variable in env
+    ]
+    overrides += [(key_path, value, f"option {option}") for key_path, (option, value) in (options or {}).items()]
     applied: dict[str, str] = {}
-    for variable, key in ENV_OVERRIDES.items():
-        if variable in env:
-            *path_parts, name = key.split(".")
-            table = raw
-            for part in path_parts:
-                table = table.setdefault(part, {})
-                if not isinstance(table, dict):
-                    break  # the file has a non-table here; the loader reports it
-            else:
-                table[name] = env[variable]  # text; _convert parses it for a numeric key
-                applied[key] = variable
+    for (*path_parts, name), value, origin in overrides:
+        table = raw
+        for part in path_parts:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                break  # the file has a non-table here; the loader reports it
+        else:
+            table[name] = value  # a variable's text: _convert parses it for a numeric key
+            applied[".".join((*path_parts, name))] = origin
     return load_section(Settings, raw, "", Origins(source, applied), {"source": source})

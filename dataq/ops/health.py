@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dataq.store import QueueStore, ReplicationStatus
+from dataq.store import QueueStore, ReplicationStatus, Summary, Worker
 
 RATE_WINDOW = 60.0
 """Seconds of events the rates count."""
@@ -44,6 +44,34 @@ class Rates:
     @property
     def complete(self) -> bool:
         return self.covered >= self.window
+
+
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """A destination some live pop daemon of the queue cannot reach (from their heartbeats)."""
+
+    destination: str
+    since: float
+    """When the first daemon marked it unreachable (wall clock)."""
+    error: str
+    """The last error a daemon reported for it."""
+    waiting: int
+    """Records waiting for it: every active and delayed record of the queue, since each runs every action."""
+    workers: tuple[str, ...]
+    """The daemons that cannot reach it."""
+
+
+def unreachable_destinations(workers: list[Worker], summary: Summary) -> list[Unreachable]:
+    """The outages the live pop daemons report, one per destination, the oldest first."""
+    found: dict[str, tuple[float, str, list[str]]] = {}
+    for worker in workers:
+        outages = (worker.heartbeat or {}).get("unreachable")
+        for outage in outages if isinstance(outages, list) else ():
+            destination, since = str(outage.get("destination", "?")), float(outage.get("since", 0.0))
+            first, error, names = found.get(destination, (since, str(outage.get("error", "")), []))
+            found[destination] = (min(first, since), error, [*names, worker.worker_id])
+    return sorted((Unreachable(destination, since, error, summary.active + summary.delayed, tuple(names))
+                   for destination, (since, error, names) in found.items()), key=lambda u: u.since)
 
 
 def replication_problems(status: ReplicationStatus) -> list[str]:

@@ -48,6 +48,8 @@ INPUT_ERRORS = "dataq_input_errors_total"
 DONE = "dataq_records_done_total"
 FAILED = "dataq_records_failed_total"
 DEACTIVATED = "dataq_records_deactivated_total"
+WAITED = "dataq_records_waited_total"
+UNREACHABLE = "dataq_destination_unreachable"
 ACTION_DURATION = "dataq_action_duration_seconds"
 CLAIM_LATENCY = "dataq_claim_latency_seconds"
 REDIS_RECONNECTS = "dataq_redis_reconnects_total"
@@ -65,7 +67,8 @@ TOTALS: Mapping[str, tuple[tuple[str, str, str], ...]] = {
              (INPUT_ERRORS, "input_error", "Record lines refused as malformed.")),
     "pop": ((DONE, "done", "Records whose actions all succeeded."),
             (FAILED, "failed", "Action failures (retried, delayed or deactivated)."),
-            (DEACTIVATED, "deactivated", "Records moved to the inactive queue (failures or crashes).")),
+            (DEACTIVATED, "deactivated", "Records moved to the inactive queue (failures or crashes)."),
+            (WAITED, "waited", "Records put back to wait for an unreachable destination (not counted as failures).")),
 }
 """Per role: (metric, the daemon's total it reads, help) of the counters of what this process did."""
 
@@ -115,6 +118,7 @@ class DaemonMetrics:
         self._action_durations: dict[str, Buckets] = {}
         self._summary: Summary | None = None
         self._redis_up = False
+        self._unreachable: dict[str, bool] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -132,6 +136,10 @@ class DaemonMetrics:
 
     def redis_reconnect(self) -> None:
         self.reconnects += 1
+
+    def destination_unreachable(self, destination: str, unreachable: bool) -> None:
+        """Mark a destination of the queue's actions unreachable (1) or reachable again (0)."""
+        self._unreachable[destination] = unreachable
 
     async def refresh(self, store: QueueStore) -> str | None:
         """Read the queue gauges into the cache; when Redis is unavailable, say why (``dataq_redis_up`` is then 0
@@ -168,6 +176,12 @@ class DaemonMetrics:
             for action, series in list(self._action_durations.items()):
                 durations.add_metric([q, action], series.cumulative(), series.sum)
             yield durations
+            unreachable = GaugeMetricFamily(UNREACHABLE, "1 while a destination of the queue's actions is "
+                                            "unreachable (its records wait), 0 once it is back.",
+                                            labels=["queue", "destination"])
+            for destination, down in list(self._unreachable.items()):
+                unreachable.add_metric([q, destination], 1 if down else 0)
+            yield unreachable
         yield _one(GaugeMetricFamily(REDIS_UP, "1 if the last read of the queue state from Redis succeeded.",
                                      labels=["queue"]), [q], 1 if self._redis_up else 0)
         summary = self._summary

@@ -21,14 +21,22 @@ KIND_INACTIVE = "inactive"
 KIND_SYSTEMIC = "systemic"
 """More action failures than ``mail.systemic_failures`` within ``mail.systemic_window`` on a queue."""
 KIND_READ_OFF = "read-off"
-"""The push daemon switched ``read`` off because the active queue reached ``max_queue_size``."""
+"""The push daemon switched ``read`` off: the active queue reached ``max_queue_size``, or Redis's memory
+``[push] max_memory``."""
+KIND_READ_ON = "read-on"
+"""The push daemon switched ``read`` back on: what made it switch it off is gone."""
 KIND_REDIS_DOWN = "redis-down"
 """Redis unreachable for longer than ``mail.redis_down_after``."""
 KIND_REDIS_BACK = "redis-back"
 """Redis reachable again after a redis-down notice."""
 KIND_CRASHED = "crashed"
 """A daemon's unit failed: it crashed and systemd gave up restarting it (the unit's ``OnFailure=`` hook)."""
-KINDS = (KIND_INACTIVE, KIND_SYSTEMIC, KIND_READ_OFF, KIND_REDIS_DOWN, KIND_REDIS_BACK, KIND_CRASHED)
+KIND_UNREACHABLE = "unreachable"
+"""A destination of a queue's actions became unreachable: its records wait (``[pop] unreachable_after``)."""
+KIND_REACHABLE = "reachable"
+"""A destination reachable again after an unreachable notice: its records flow again."""
+KINDS = (KIND_INACTIVE, KIND_SYSTEMIC, KIND_READ_OFF, KIND_READ_ON, KIND_REDIS_DOWN, KIND_REDIS_BACK, KIND_CRASHED,
+         KIND_UNREACHABLE, KIND_REACHABLE)
 
 CLI = "dataq-cli"
 SUBJECT_MAX = 200
@@ -135,6 +143,29 @@ def read_off_notice(queue: str, active: int, max_queue_size: int, resume_below: 
     )
 
 
+def memory_high_notice(queue: str, used: int, limit: int, resume: int) -> Notice:
+    """``read`` switched off because Redis's memory passed ``[push] max_memory``."""
+    return Notice(
+        KIND_READ_OFF,
+        f"queue {queue}: Redis uses {_mib(used)} of memory, past the {_mib(limit)} limit: reading from feeders "
+        "is switched off",
+        {"queue": queue, "used_memory": used, "max_memory": limit,
+         "read_comes_back_on": f"automatically once Redis uses less than {_mib(resume)}",
+         "effect": "feeders' lines wait, unanswered, and nothing is lost; drain the queue or give Redis memory",
+         "re_enable": read_on_command(queue)},
+    )
+
+
+def read_on_notice(queue: str, reason: str) -> Notice:
+    """``read`` switched back on by the push daemon (what made it switch it off is gone)."""
+    return Notice(KIND_READ_ON, f"queue {queue}: reading from feeders is switched back on ({reason})",
+                  {"queue": queue, "why": reason})
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
 def redis_down_notice(queue: str | None, down_for: float, error: str) -> Notice:
     return Notice(
         KIND_REDIS_DOWN,
@@ -149,6 +180,26 @@ def redis_back_notice(queue: str | None, down_for: float) -> Notice:
         KIND_REDIS_BACK,
         f"Redis reachable again after {down_for:.0f} s" + (f" (queue {queue})" if queue else ""),
         {"queue": queue or "", "down_for_seconds": round(down_for, 1)},
+    )
+
+
+def unreachable_notice(queue: str, worker: str, destination: str, error: str) -> Notice:
+    """A destination is unreachable: its records wait in the active list, probed with back-off."""
+    return Notice(
+        KIND_UNREACHABLE,
+        f"queue {queue}: {destination} is unreachable; its records wait",
+        {"queue": queue, "destination": destination, "worker": worker, "last_error": error,
+         "effect": "records wait in the active list, their failures not counted; one at a time is sent as a "
+                   "probe, with growing intervals, and the queue resumes by itself once one gets through",
+         "see": shlex.join([CLI, "--queue", queue, "--summary"])},
+    )
+
+
+def reachable_notice(queue: str, worker: str, destination: str, down_for: float) -> Notice:
+    return Notice(
+        KIND_REACHABLE,
+        f"queue {queue}: {destination} reachable again after {down_for:.0f} s",
+        {"queue": queue, "destination": destination, "worker": worker, "down_for_seconds": round(down_for, 1)},
     )
 
 

@@ -24,7 +24,8 @@ from dataq.embedded.locate import resolve_redis
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
-from dataq.ops.notices import Notifier
+from dataq.ops.notices import Notifier, reachable_notice, unreachable_notice
+from dataq.pop.breaker import Breakers, Outage
 from dataq.pop.sweeper import Sweeper
 from dataq.pop.worker import WAKING_NOTICES, PopWorker
 from dataq.record import Record
@@ -91,6 +92,9 @@ class PopDaemon:
         self.actions = tuple(actions)
         self.worker_id = make_worker_id(ROLE)
         self.ops = DaemonOps(settings, queue.name, ROLE, self._totals, notifier=notifier)
+        self.queue_name = queue.name
+        breakers = Breakers(self.pop.unreachable_after, self.pop.probe_delay, self.pop.probe_max_delay,
+                            on_open=self._outage_started, on_close=self._outage_ended)
         self.worker = PopWorker(
             store,
             self.worker_id,
@@ -102,6 +106,7 @@ class PopDaemon:
             observe_action=self.ops.metrics.action_duration,
             observe_claim=self._claimed,
             on_failure=self.ops.failure_watch.failed,
+            breakers=breakers,
         )
         self.sweeper = Sweeper(store, self.pop, settings.events, self.ops.notifier, own_worker=self.worker_id)
         self.info: dict[str, object] = {
@@ -119,7 +124,21 @@ class PopDaemon:
 
     def _totals(self) -> Mapping[str, int]:
         settler = self.worker.settler
-        return {"done": settler.acknowledged, "failed": settler.failures, "deactivated": settler.deactivated}
+        return {"done": settler.acknowledged, "failed": settler.failures, "deactivated": settler.deactivated,
+                "waited": settler.postponements}
+
+    def _outage_started(self, outage: Outage) -> None:
+        log.warning("destination unreachable: claiming paused, one record at a time probes it",
+                    destination=outage.destination, error=outage.error)
+        self.ops.metrics.destination_unreachable(outage.destination, True)
+        self.ops.notifier.post(unreachable_notice(self.queue_name, self.worker_id, outage.destination, outage.error))
+
+    def _outage_ended(self, outage: Outage) -> None:
+        down_for = time.time() - outage.since
+        log.info("destination reachable again: claiming resumes", destination=outage.destination,
+                 down_for=round(down_for, 1), probes=outage.probes)
+        self.ops.metrics.destination_unreachable(outage.destination, False)
+        self.ops.notifier.post(reachable_notice(self.queue_name, self.worker_id, outage.destination, down_for))
 
     def _claimed(self, record: Record) -> None:
         if record.pushed_at is not None:

@@ -1,4 +1,5 @@
-"""Settling finished records: every result since the last store call goes in one ``ack`` and one ``fail``.
+"""Settling finished records: every result since the last store call goes in one ``ack``, one ``fail`` and one
+``postpone`` (records that wait for an unreachable destination, their failures not counted).
 
 Results are kept until Redis has taken them (a StoreUnavailable is retried with backoff, never dropped), and a
 worker's slot is freed only once its record is settled, so an outage pauses claiming instead of piling up
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dataq.config import QueueSettings
 from dataq.errors import StoreUnavailable
@@ -20,7 +21,7 @@ from dataq.ops.notices import Notifier, inactive_records_notice
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
-from dataq.store import FailOutcome, QueueStore
+from dataq.store import FailOutcome, QueueStore, RetryPolicy
 
 SETTLE_BATCH_MAX = 1000
 """Most records in one ack or fail call (bounds the Lua script's argument list and its run time)."""
@@ -29,6 +30,8 @@ LOGGED_IDS_MAX = 20
 
 FailureObserver = Callable[[str, str], None]
 """Told of every failure settled (id, message): the systemic-failure watch listens here."""
+
+T = TypeVar("T")
 
 log = get_logger()
 
@@ -60,10 +63,13 @@ class Settler:
         """Failures counted so far (retried, delayed or deactivated)."""
         self.deactivated = 0
         """Records this worker's failures moved to the inactive list."""
+        self.postponements = 0
+        """Times a record went back to wait for an unreachable destination."""
         self._stale: Counter[str] = Counter()
         """Id -> waiting results of it that must not be sent (see :meth:`claimed_again`)."""
         self._done: list[tuple[str, str]] = []
         self._failed: list[tuple[Record, str]] = []
+        self._waiting: list[tuple[Record, str]] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -74,7 +80,12 @@ class Settler:
     @property
     def pending(self) -> int:
         """Results not yet taken by Redis."""
-        return len(self._done) + len(self._failed)
+        return len(self._done) + len(self._failed) + len(self._waiting)
+
+    @property
+    def postponing(self) -> bool:
+        """Records wait to go back to the head of the queue (claims wait for them, so they keep their place)."""
+        return bool(self._waiting)
 
     def succeeded(self, record: Record, seconds: float) -> None:
         self._done.append((record.id, f"duration_ms={round(seconds * 1000)}"))
@@ -86,6 +97,12 @@ class Settler:
         self._idle.clear()
         self._wake.set()
 
+    def postponed(self, record: Record, message: str) -> None:
+        """The record's destination is unreachable: back to the next-to-run end, its failure not counted."""
+        self._waiting.append((record, message))
+        self._idle.clear()
+        self._wake.set()
+
     def claimed_again(self, record_id: str) -> None:
         """The worker claimed ``record_id`` while a result of an earlier claim of it still waits here.
 
@@ -93,7 +110,8 @@ class Settler:
         sent again it would hit the new claim (an ack would forget it, a fail would queue it again while it
         runs). It is dropped at the next settle, and the earlier claim's slot freed.
         """
-        waiting = sum(1 for i, _ in self._done if i == record_id) + sum(1 for r, _ in self._failed if r.id == record_id)
+        waiting = (sum(1 for i, _ in self._done if i == record_id)
+                   + sum(1 for r, _ in (*self._failed, *self._waiting) if r.id == record_id))
         self._stale[record_id] = waiting
         if waiting:
             self._idle.clear()
@@ -104,20 +122,20 @@ class Settler:
             return
         dropped: list[str] = []
         left = self._stale.copy()
-        done, failed = [], []
-        for entry in self._done:
-            if left[entry[0]] > 0:
-                left[entry[0]] -= 1
-                dropped.append(entry[0])
-            else:
-                done.append(entry)
-        for failure in self._failed:
-            if left[failure[0].id] > 0:
-                left[failure[0].id] -= 1
-                dropped.append(failure[0].id)
-            else:
-                failed.append(failure)
-        self._done, self._failed, self._stale = done, failed, Counter()
+        def kept(entries: list[T], id_of: Callable[[T], str]) -> list[T]:
+            keep = []
+            for entry in entries:
+                if left[id_of(entry)] > 0:
+                    left[id_of(entry)] -= 1
+                    dropped.append(id_of(entry))
+                else:
+                    keep.append(entry)
+            return keep
+
+        self._done = kept(self._done, lambda entry: entry[0])
+        self._failed = kept(self._failed, lambda entry: entry[0].id)
+        self._waiting = kept(self._waiting, lambda entry: entry[0].id)
+        self._stale = Counter()
         log.info("results already settled by a call whose reply was lost; not sent again", ids=dropped[:LOGGED_IDS_MAX])
         self.on_settled(dropped)
 
@@ -171,7 +189,7 @@ class Settler:
                 self.worker_id,
                 [(record.id, message) for record, message in failures],
                 max_errors=self.queue.max_errors,
-                retry_delay=self.queue.retry_delay,
+                retry=RetryPolicy.of(self.queue),
             )
             del self._failed[: len(failures)]
             self._sent([record.id for record, _ in failures])
@@ -185,6 +203,14 @@ class Settler:
             self._report_lost([record.id for (record, _), outcome in pairs if outcome is FailOutcome.NOT_OWNED], retry)
             self._report_inactive([failure for failure, outcome in pairs if outcome is FailOutcome.INACTIVE])
             self.on_settled([record.id for record, _ in failures])
+        if self._waiting:
+            waiting = self._waiting[:SETTLE_BATCH_MAX]
+            owned = await self.store.postpone(self.worker_id, [(record.id, message) for record, message in waiting])
+            del self._waiting[: len(waiting)]
+            self._sent([record.id for record, _ in waiting])
+            self.postponements += sum(owned)
+            self._report_lost([record.id for (record, _), mine in zip(waiting, owned, strict=True) if not mine], retry)
+            self.on_settled([record.id for record, _ in waiting])
 
     def _report_lost(self, ids: list[str], retry: bool) -> None:
         if ids and retry:

@@ -20,11 +20,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from dataq.actions import Action
-from dataq.config import QueueSettings
-from dataq.errors import ActionError, ActionTimeout, StoreUnavailable
+from dataq.config import PopSettings, QueueSettings
+from dataq.errors import ActionError, ActionTimeout, Retryable, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.notices import Notifier
+from dataq.pop.breaker import Breakers
 from dataq.pop.deadlines import Deadlines
+from dataq.pop.failure import Failure, is_transient
 from dataq.pop.settler import FailureObserver, Settler
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
@@ -54,9 +56,9 @@ ClaimObserver = Callable[[Record], None]
 
 async def run_actions(
     actions: Sequence[Action[Any]], record: Record, deadlines: Deadlines, observe: ActionObserver | None = None
-) -> str | None:
-    """Run every action on the record in order, each within its timeout; None when all succeed, else what failed
-    (the first failure)."""
+) -> Failure | None:
+    """Run every action on the record in order, each within its timeout; None when all succeed, else the first
+    failure."""
     for action in actions:
         started = time.monotonic()
         try:
@@ -69,8 +71,8 @@ async def run_actions(
     return None
 
 
-async def _run_one(action: Action[Any], record: Record, deadlines: Deadlines) -> str | None:
-    """One action on one record: None on success, else what failed."""
+async def _run_one(action: Action[Any], record: Record, deadlines: Deadlines) -> Failure | None:
+    """One action on one record: None on success, else what failed and whether that is an outage."""
     try:
         with deadlines.limit(action.timeout) as limit:
             try:
@@ -79,20 +81,24 @@ async def _run_one(action: Action[Any], record: Record, deadlines: Deadlines) ->
             except asyncio.CancelledError:
                 if not limit.timed_out():
                     raise
-                return str(ActionTimeout(f"action {action.name} timed out after {action.timeout:g}s"))
+                return Failure(str(ActionTimeout(f"action {action.name} timed out after {action.timeout:g}s")))
     except ActionError as exc:
-        return f"{action.name}: {str(exc) or type(exc).__name__}"
+        return _failure(action, record, exc, f"{action.name}: {str(exc) or type(exc).__name__}")
     except Exception as exc:
-        return _unexpected(action, record, exc)
+        if not is_transient(exc):
+            # Not an ActionError, nor the network's: probably a bug in the action, so the traceback goes to the log.
+            log.error("action raised an unexpected error", action=action.name, id=record.id, exc_info=exc)
+        return _failure(action, record, exc, f"{action.name}: {type(exc).__name__}: {exc}")
     if result is not None and result != 0:
-        return f"{action.name}: returned {result!r}"
+        return Failure(f"{action.name}: returned {result!r}")
     return None
 
 
-def _unexpected(action: Action[Any], record: Record, exc: Exception) -> str:
-    # Not an ActionError: probably a bug in the action, so the traceback goes to the log.
-    log.error("action raised an unexpected error", action=action.name, id=record.id, exc_info=exc)
-    return f"{action.name}: {type(exc).__name__}: {exc}"
+def _failure(action: Action[Any], record: Record, exc: Exception, message: str) -> Failure:
+    if not is_transient(exc):
+        return Failure(message)
+    named = exc.destination if isinstance(exc, Retryable) else None
+    return Failure(message, transient=True, destination=named or action.destination(record) or action.name)
 
 
 class PopWorker:
@@ -111,9 +117,11 @@ class PopWorker:
         observe_action: ActionObserver | None = None,
         observe_claim: ClaimObserver | None = None,
         on_failure: FailureObserver | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
         """``register`` registers the worker again when a claim finds it swept as dead; ``on_failure`` is told of
-        every failure settled."""
+        every failure settled; ``breakers`` (default: the default ``[pop]`` settings') pause claiming while a
+        destination is unreachable."""
         self.store = store
         self.worker_id = worker_id
         self.actions = tuple(actions)
@@ -122,6 +130,12 @@ class PopWorker:
         self._register = register
         self._observe_action = observe_action
         self._observe_claim = observe_claim
+        if breakers is None:
+            defaults = PopSettings()
+            breakers = Breakers(defaults.unreachable_after, defaults.probe_delay, defaults.probe_max_delay)
+        self.breakers = breakers
+        self._probe: str | None = None
+        """The id of the record claimed as a probe of unreachable destinations, while it runs."""
         self._pulse = Pulse()
         self._held: Counter[str] = Counter()
         """Ids claimed and not yet settled: running, or finished and waiting for the settler. A multiset: a
@@ -142,11 +156,21 @@ class PopWorker:
 
     def stats(self) -> dict[str, object]:
         """What the heartbeat publishes (``dataq-cli`` shows it)."""
-        return {"done": self.settler.acknowledged, "failed": self.settler.failures, "running": len(self._tasks)}
+        stats: dict[str, object] = {"done": self.settler.acknowledged, "failed": self.settler.failures,
+                                    "waited": self.settler.postponements, "running": len(self._tasks)}
+        if self.breakers.open:
+            stats["unreachable"] = self.breakers.public()
+        return stats
 
     def free_slots(self) -> int:
-        """Records the next claim may take: no more than ``concurrency`` running, nor waiting for settlement."""
-        return min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
+        """Records the next claim may take: no more than ``concurrency`` running, nor waiting for settlement; while
+        a destination is unreachable, one probe when nothing runs."""
+        if self.settler.postponing:
+            return 0  # a record going back to the head of the queue: claimed past, it would lose its place
+        free = min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
+        if self.breakers.open:
+            return min(free, 1) if not self._running and not self.breakers.probe_running else 0
+        return free
 
     def responsive(self) -> bool:
         """For the watchdog: the claim loop and the settler turned lately or wait by choice, and no action runs on
@@ -181,7 +205,11 @@ class PopWorker:
                 with self._pulse.resting():  # the actions' time limits keep this wait finite
                     await self._wake.wait()  # an action ended, a record settled, or stop
                 continue
-            if free < self.concurrency // 4 and self._running:
+            probing = self.breakers.open
+            if probing and (wait := self.breakers.until_probe()) > 0:
+                await self._sleep(wait)  # woken early by an action ending: a success ends the outage
+                continue
+            if not probing and free < self.concurrency // 4 and self._running:
                 # Gather a few more free slots first: a claim of one or two records costs Redis and this daemon
                 # nearly as much as a claim of dozens.
                 await asyncio.sleep(GATHER_DELAY)
@@ -207,6 +235,11 @@ class PopWorker:
             backoff.reset()
             self._note_action_flag(claim.status is ClaimStatus.ACTION_OFF)
             if claim.records:
+                if probing and self.breakers.open:
+                    self._probe = claim.records[0].id
+                    self.breakers.probe_started()
+                    log.info("probing unreachable destinations", id=self._probe,
+                             destinations=[outage.destination for outage in self.breakers.outages()])
                 for record in claim.records:
                     self._start(record)
                 continue
@@ -269,15 +302,26 @@ class PopWorker:
                 raise  # our shutdown: the record stays claimed, and release gives it back
             # A cancellation from inside an action (a library cancelling its own future) is the action failing;
             # left unsettled, the record would sit in our processing list, its slot lost, while we live.
-            failure = "action was cancelled from within"
+            failure = Failure("action was cancelled from within")
         finally:
             self._running -= 1
             self.wake()
+        probe = self._probe == record.id
+        if probe:
+            self._probe = None
         if failure is None:
+            self.breakers.succeeded()
             self.settler.succeeded(record, time.monotonic() - started)
+        elif failure.transient:
+            assert failure.destination is not None
+            log.warning("destination unreachable; the record waits", id=record.id, path=record.path,
+                        destination=failure.destination, error=failure.message)
+            self.breakers.transient(failure.destination, failure.message, probe=probe)
+            self.settler.postponed(record, failure.message)
         else:
-            log.warning("action failed", id=record.id, path=record.path, error=failure)
-            self.settler.failed(record, failure)
+            log.warning("action failed", id=record.id, path=record.path, error=failure.message)
+            self.breakers.permanent(probe=probe)
+            self.settler.failed(record, failure.message)
 
     def _slots_freed(self, ids: list[str]) -> None:
         self._held.subtract(ids)

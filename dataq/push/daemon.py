@@ -3,8 +3,9 @@
 Its life, top to bottom (:meth:`PushDaemon.run`): listen; read the ``read`` flag and follow it (pub/sub notices
 for immediacy, a poll as safety net); commit records in groups (:mod:`dataq.push.committer`) and answer each
 line (:mod:`dataq.push.listener`); heartbeat into the worker registry; on SIGTERM/SIGINT stop accepting, answer
-what was read, close. When the active queue grows past ``max_queue_size`` the daemon turns ``read`` off itself
-and, with ``push.resume_below`` set, back on once the queue has drained below it.
+what was read, close. When the active queue grows past ``max_queue_size``, or Redis's memory past
+``push.max_memory`` (watched every :data:`~dataq.push.cutoff.MEMORY_CHECK_INTERVAL`), the daemon turns ``read`` off
+itself and back on once both are low again (:mod:`dataq.push.cutoff`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, StoreError
 from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
-from dataq.ops.notices import Notifier, read_off_notice
+from dataq.ops.notices import Notifier
 from dataq.push.committer import PIPELINE_DEPTH, REPLICATED_PIPELINE_DEPTH, Committer
+from dataq.push.cutoff import MEMORY_CHECK_INTERVAL, ReadCutoff
 from dataq.push.gate import BLOCK_READ_OFF, BLOCK_STARTING, Gate
 from dataq.push.listener import Listener
 from dataq.runtime.identity import make_worker_id
@@ -43,9 +45,6 @@ REAP_INTERVAL_MAX = 1.0
 """Longest pause between two sweeps for idle connections."""
 TLS_HANDSHAKE_TIMEOUT = 30.0
 """Seconds a feeder has to complete the TLS handshake (less if ``idle_timeout`` is shorter)."""
-AUTO_WHO = "push:auto"
-"""Who the daemon says it is when it switches ``read`` itself (in the queue's event stream)."""
-REENABLE_HINT = "dataq-cli --read on"
 
 log = get_logger()
 
@@ -74,8 +73,9 @@ class PushDaemon:
     """One queue's push daemon; build it with a store, then ``await run()``."""
 
     def __init__(self, settings: Settings, queue: QueueSettings, store: QueueStore, stop: asyncio.Event, *,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, memory_interval: float = MEMORY_CHECK_INTERVAL) -> None:
         self.settings, self.queue, self.store, self.stop = settings, queue, store, stop
+        self.memory_interval = memory_interval
         push = settings.push
         self.worker_id = make_worker_id("push")
         self.tls = server_tls_context(push)
@@ -95,10 +95,7 @@ class PushDaemon:
         self.ops = DaemonOps(settings, queue.name, "push", self._totals, notifier=notifier)
         self.supervisor = Supervisor(stop)
         self.read_on = False
-        self.auto_off = False
-        """True while ``read`` is off because this daemon turned it off (the queue was full)."""
-        self._cutoff_unsaved = False
-        """The daemon turned ``read`` off locally but Redis does not know yet (set_flag failed)."""
+        self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self._set_read)
         self._notice_seq = 0
         self._started = time.time()
         self._listen = ""
@@ -129,6 +126,8 @@ class PushDaemon:
             supervisor.start("push-flags", self._follow_flags)
             supervisor.start("push-heartbeat", self._housekeeping)
             supervisor.start("push-reaper", self._reap_idle)
+            if push.max_memory is not None:
+                supervisor.start("push-memory", self._watch_memory)
             log.info("push daemon listening", queue=self.queue.name, listen=self._listen, tls=self.tls is not None,
                      mutual_tls=self.settings.push.tls_ca is not None, worker=self.worker_id)
             await self.ops.ready(f"listening on {self._listen} for queue {self.queue.name}")
@@ -164,7 +163,7 @@ class PushDaemon:
 
     def _set_read(self, on: bool, how: str) -> None:
         if on:
-            self.auto_off = False
+            self.cutoff.forget()
         if on != self.read_on or self.gate.blocks(BLOCK_STARTING):
             log.info("read flag " + ("on" if on else "off"), how=how)
         self.read_on = on
@@ -189,39 +188,11 @@ class PushDaemon:
         seq = self._notice_seq
         flags = await self.store.flags()
         # A notice that arrived while this read was under way is newer than its answer.
-        if seq == self._notice_seq and not self._cutoff_unsaved:
+        if seq == self._notice_seq and not self.cutoff.unsaved:
             self._set_read(flags[Flag.READ], how)
 
     async def _after_batch(self, active_length: int) -> None:
-        limit = self.queue.max_queue_size
-        if active_length <= limit or not self.read_on:
-            return
-        self._set_read(False, "queue full")
-        self.auto_off = True
-        log.warning(f"the active queue is full; read turned off. To re-enable: {REENABLE_HINT}", active=active_length,
-                    max_queue_size=limit, queue=self.queue.name,
-                    resumes_below=self.settings.push.resume_below)
-        self._cutoff_unsaved = True
-        self.ops.notifier.post(read_off_notice(self.queue.name, active_length, limit, self.settings.push.resume_below))
-        await self._save_cutoff()
-
-    async def _save_cutoff(self) -> None:
-        try:
-            await self.store.set_flag(Flag.READ, False, who=AUTO_WHO)
-        except StoreError as exc:
-            log.warning("cannot turn read off in Redis yet; retrying", error=str(exc))
-        else:
-            self._cutoff_unsaved = False
-
-    async def _maybe_resume(self) -> None:
-        resume_below = self.settings.push.resume_below
-        if resume_below is None or not self.auto_off or self.read_on or self._cutoff_unsaved:
-            return
-        active = (await self.store.summary()).active
-        if active < resume_below:
-            await self.store.set_flag(Flag.READ, True, who=AUTO_WHO)
-            log.info("the active queue drained; read turned back on", active=active, resume_below=resume_below)
-            self._set_read(True, "queue drained")
+        await self.cutoff.queue_length(active_length, self.read_on)
 
     # --- background loops ---------------------------------------------------------------------------------
 
@@ -238,10 +209,13 @@ class PushDaemon:
                 "connections": len(self.listener.connections), "accepted": self.listener.accepted,
                 "refused": self.listener.refused, "reading": self.gate.open, "blocked_by": self.gate.blocked_by,
             }, ttl=push.heartbeat_ttl)
-            if self._cutoff_unsaved:
-                await self._save_cutoff()
             await self._poll_flags("poll")
-            await self._maybe_resume()
+            await self.cutoff.check(self.read_on)
+
+    async def _watch_memory(self) -> None:
+        # A loop of its own: a Redis that refuses INFO (a managed one may) must not stop the heartbeats.
+        async for _ in every(self.memory_interval, self.stop):
+            await self.cutoff.memory(self.read_on)
 
     async def _reap_idle(self) -> None:
         interval = min(REAP_INTERVAL_MAX, self.settings.push.idle_timeout / 2)

@@ -6,9 +6,9 @@ Key names come from :mod:`dataq.keys`; redis-py errors leave as dataq errors (:m
 from __future__ import annotations
 
 from dataq.config import Settings
-from dataq.store.admin import AdminOps
 from dataq.store.base import NOTICE_WORK
 from dataq.store.connection import client_options, connect
+from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.lifecycle import LifecycleOps
 from dataq.store.replication import (
@@ -25,19 +25,22 @@ from dataq.store.types import (
     ClaimStatus,
     Event,
     FailOutcome,
+    Failures,
     Flag,
     PushResult,
     QueueList,
     Reclaimed,
     RecordState,
+    RecordView,
     Replica,
     ReplicationStatus,
+    RetryPolicy,
     Summary,
     Worker,
 )
 
 
-class QueueStore(LifecycleOps, AdminOps, LeaseOps, TopologyOps):
+class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
@@ -87,14 +90,17 @@ __all__ = [
     "ClaimStatus",
     "Event",
     "FailOutcome",
+    "Failures",
     "Flag",
     "PushResult",
     "QueueList",
     "QueueStore",
     "Reclaimed",
     "RecordState",
+    "RecordView",
     "Replica",
     "ReplicationStatus",
+    "RetryPolicy",
     "SentinelTarget",
     "Summary",
     "Worker",

@@ -33,6 +33,7 @@ SCRIPT_NAMES = (
     "ack",
     "fail",
     "promote",
+    "postpone",
     "reclaim",
     "move_range",
     "activate_all",

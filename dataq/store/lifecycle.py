@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -24,10 +25,12 @@ from dataq.store.types import (
     Flag,
     PushResult,
     Reclaimed,
+    RetryPolicy,
     Worker,
 )
 
 PROMOTE_BATCH = 1000
+NO_DELAY = RetryPolicy()
 RETRY_CLOCK_SKEW = 60.0
 """Seconds a retried push looks back in the event stream before its push time: the stream is stamped by Redis's
 clock, the push time by the daemon's, and hosts' clocks differ."""
@@ -124,16 +127,18 @@ class LifecycleOps(StoreBase):
         failures: Sequence[tuple[str, str]],
         *,
         max_errors: int,
-        retry_delay: float = 0.0,
+        retry: RetryPolicy = NO_DELAY,
+        now: float | None = None,
     ) -> list[FailOutcome]:
-        """Count a failure per (id, message); retry, delay, or deactivate once max_errors is exceeded."""
+        """Count a failure per (id, message); retry (after the policy's delay), or deactivate once max_errors is
+        exceeded."""
         if not failures:
             return []
         k = self.keys
-        due = _now_ms(None) + int(retry_delay * 1000) if retry_delay > 0 else 0
-        args: list[Any] = [self.events_max_len, max_errors, due]
+        args: list[Any] = [self.events_max_len, max_errors, _now_ms(now), int(retry.delay * 1000), retry.backoff,
+                           int(retry.max_delay * 1000)]
         for record_id, message in failures:
-            args += [record_id, message]
+            args += [record_id, message, 1.0 - retry.jitter * random.random()]
         status = await self._script(
             "fail",
             [
@@ -150,6 +155,23 @@ class LifecycleOps(StoreBase):
             replicated=True,
         )
         return [FailOutcome(ch) for ch in status]
+
+    @translated
+    async def postpone(self, worker: str, waiting: Sequence[tuple[str, str]]) -> list[bool]:
+        """Records whose destination is unreachable go back to the next-to-run end, in the order given (the first
+        runs first), with their message as last error and no failure counted; per (id, message): True, or
+        False when the worker no longer owns it."""
+        if not waiting:
+            return []
+        k = self.keys
+        args: list[Any] = [self.events_max_len]
+        for record_id, message in waiting:
+            args += [record_id, message]
+        status = await self._script("postpone", [k.processing(worker), k.active, k.lasterror, k.events, k.counters],
+                                    args, replicated=True)
+        if "w" in status:
+            await self._announce_work()
+        return [ch == "w" for ch in status]
 
     @translated
     async def promote_due(self, now: float | None = None) -> int:

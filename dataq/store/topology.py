@@ -22,6 +22,12 @@ class TopologyOps(StoreBase):
         return self.sentinel is not None or self.replication.enabled
 
     @translated
+    async def memory_usage(self) -> tuple[int, int]:
+        """Redis's ``used_memory`` and ``maxmemory`` (0: no limit set), in bytes."""
+        info: dict[str, Any] = await self.r.info("memory")
+        return int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+
+    @translated
     async def replication_status(self) -> ReplicationStatus:
         """The master (as the sentinels name it, or the URL's server), its replicas, and the sentinels."""
         info: dict[str, Any] = await self.r.info("replication")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from dataq.config import QueueSettings
 from dataq.record import Record
 
 
@@ -29,6 +30,25 @@ class FailOutcome(enum.StrEnum):
     DELAYED = "d"
     INACTIVE = "i"
     NOT_OWNED = "-"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a failed record runs again: at once, or after a delay that grows with its failures.
+
+    The delay after a record's n-th failure is ``min(max_delay, delay * backoff ** (n - 1))``, shortened at
+    random by up to ``jitter`` of itself (so records failed together do not all fall due together).
+    """
+
+    delay: float = 0.0
+    """Seconds before the first retry; 0: retried at once, never delayed."""
+    backoff: float = 2.0
+    max_delay: float = 3600.0
+    jitter: float = 0.2
+
+    @classmethod
+    def of(cls, queue: QueueSettings) -> RetryPolicy:
+        return cls(queue.retry_delay, queue.retry_backoff, queue.retry_max_delay)
 
 
 class ClaimStatus(enum.Enum):
@@ -85,6 +105,39 @@ class RecordState:
     errors: int
     crashes: int
     last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """A record's failure history, as ``--list inactive`` and ``--show`` print it."""
+
+    errors: int
+    """Action failures counted (transient ones are not)."""
+    crashes: int
+    """Times its worker died while running it."""
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    """Everything about one record (``dataq-cli --show``)."""
+
+    record_id: str
+    record: Record | None
+    """None once the record is no longer tracked (done, deleted, cleared) or was never pushed."""
+    where: str
+    """``active``, ``inactive``, ``delayed``, ``in-flight``, ``done`` (acknowledged, as its events say) or
+    ``unknown``."""
+    place: int | None
+    """In the active list: its place in the run order, 1 = next to run."""
+    active_length: int
+    worker: str | None
+    """In flight: the worker that holds it."""
+    due: float | None
+    """Delayed: when it runs again (wall clock)."""
+    failures: Failures
+    events: list[Event]
+    """Its events still in the stream, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

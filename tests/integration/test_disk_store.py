@@ -29,7 +29,7 @@ from dataq.actions.files import (
 from dataq.actions.layout import UnsafePath
 from dataq.actions.registry import load_actions
 from dataq.config import QueueSettings
-from dataq.errors import ActionError, ConfigError
+from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
 from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, tiny_filesystem
 from tests.helpers import action_context
@@ -259,14 +259,38 @@ async def test_missing_root_fails_at_start(tmp_path: Path) -> None:
         await action.start()
 
 
+async def test_a_root_gone_after_start_is_an_outage_of_the_storage_not_a_fault_of_the_record(
+        source: Path, tmp_path: Path) -> None:
+    root = tmp_path / "mount"
+    root.mkdir()
+    action = make_action(root, tmp_path)
+    await action.start()
+    root.rmdir()  # as an unmounted network filesystem's mount point would vanish from under the daemon
+    with pytest.raises(Retryable, match=f"storage root {root} does not exist") as raised:
+        await action.run(make_file(source, "a.fits", DATA))
+    assert raised.value.destination == str(root) == action.destination(make_file(source, "b.fits", DATA))
+
+
+async def test_a_permission_problem_below_the_root_counts_as_the_records_failure(source: Path,
+                                                                                 tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    (root / "locked").mkdir(parents=True)
+    (root / "locked" / "a.fits").mkdir()  # the target name is taken by a directory: the record cannot go there
+    with pytest.raises(ActionError) as raised:
+        await store(make_file(source, "a.fits", DATA), str(root), "locked/a.fits")
+    assert not isinstance(raised.value, Retryable)
+
+
 # --- full disk, crash, cancellation -------------------------------------------------------------------------
 
 
-async def test_full_filesystem_fails_the_record_and_leaves_nothing_behind(source: Path, tmp_path: Path) -> None:
+async def test_a_full_filesystem_is_an_outage_of_the_storage_and_leaves_nothing_behind(source: Path,
+                                                                                        tmp_path: Path) -> None:
     with tiny_filesystem(tmp_path / "tiny") as tiny:
         big = make_file(source, "big.fits", os.urandom(256 * 1024))
-        with pytest.raises(ActionError, match="no space left"):
+        with pytest.raises(Retryable, match="no space left") as raised:
             await store(big, str(tiny), "big.fits")
+        assert raised.value.destination == str(tiny)
         assert list(tiny.rglob("*")) == []
         small = make_file(source, "small.fits", b"fits in")
         assert (await store(small, str(tiny), "small.fits")).copied

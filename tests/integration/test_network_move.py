@@ -16,7 +16,7 @@ from dataq.actions.files import SourceMismatch
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
 from dataq.config import QueueSettings
-from dataq.errors import ActionError, ActionTimeout, ConfigError
+from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import (
@@ -199,25 +199,28 @@ async def test_local_directory_destination(source: Path, tmp_path: Path) -> None
 # --- rsync failures and timeouts ----------------------------------------------------------------------------
 
 
-async def test_unknown_module_fails_with_rsync_status_and_its_message(daemon: RsyncDaemon, source: Path,
-                                                                      tmp_path: Path) -> None:
+async def test_unknown_module_is_a_failure_of_the_record_with_rsync_status_and_its_message(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    with pytest.raises(ActionError, match=r"exit status 5 \(error starting client-server protocol\).*nowhere"):
+    expected = r"exit status 5 \(error starting client-server protocol\).*nowhere"
+    with pytest.raises(ActionError, match=expected) as raised:
         await make_action(tmp_path, destination=daemon.url("nowhere")).run(record)
+    assert not isinstance(raised.value, Retryable)
 
 
-async def test_daemon_not_listening_fails_the_record(source: Path, tmp_path: Path) -> None:
+async def test_daemon_not_listening_is_a_transient_outage_of_the_destination(source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    port = free_port_without_listener()
-    with pytest.raises(ActionError, match="exit status 10"):
-        await make_action(tmp_path, destination=f"rsync://{LOOPBACK}:{port}/valley").run(record)
+    destination = f"rsync://{LOOPBACK}:{free_port_without_listener()}/valley"
+    with pytest.raises(Retryable, match="exit status 10") as raised:
+        await make_action(tmp_path, destination=destination).run(record)
+    assert raised.value.destination == destination
 
 
-async def test_hung_daemon_is_an_action_timeout_from_rsync_io_timeout(source: Path, tmp_path: Path) -> None:
+async def test_hung_daemon_is_a_transient_outage_from_rsync_io_timeout(source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
     async with SilentServer() as hung:
         action = make_action(tmp_path, destination=f"rsync://{LOOPBACK}:{hung.port}/valley", io_timeout=1.0)
-        with pytest.raises(ActionTimeout, match="timeout"):
+        with pytest.raises(Retryable, match="timeout"):
             await action.run(record)
 
 
@@ -318,16 +321,17 @@ async def test_error_reply_of_the_next_site_fails_the_record_and_keeps_the_sourc
     assert await next_queue.list_records(QueueList.ACTIVE) == []
 
 
-async def test_no_next_site_answering_fails_the_record_naming_each(daemon: RsyncDaemon, valley: Path,
-                                                                   source: Path, tmp_path: Path) -> None:
+async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: RsyncDaemon, valley: Path,
+                                                                        source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
     down = f"{LOOPBACK}:{free_port_without_listener()}"
     async with SilentServer() as hung:
         silent = f"{LOOPBACK}:{hung.port}"
         action = make_action(tmp_path, **hand_on_options(daemon, down, silent, handon_timeout=0.5,
                                                           remove_source=True))
-        with pytest.raises(ActionError, match="no next site took the record") as caught:
+        with pytest.raises(Retryable, match="no next site took the record") as caught:
             await action.run(record)
     assert down in str(caught.value) and f"{silent}: no answer within 0.5s" in str(caught.value)
+    assert caught.value.destination == f"next sites {down}, {silent}"
     assert Path(record.path).exists(), "the source stays until the next site holds the record"
     assert os.path.exists(valley / "incoming" / PUSHED_DATE / "a.fits"), "the transfer itself was done"

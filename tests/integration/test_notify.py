@@ -417,3 +417,18 @@ async def test_a_mail_that_cannot_be_built_is_kept_and_the_sender_goes_on(
     [mail] = await smtp.wait_for(1)
     assert await notifier.close()
     assert attempts == [KIND_INACTIVE, KIND_INACTIVE] and count_of(mail) == 1
+
+
+async def test_an_unreachable_destination_and_its_return_are_mailed_at_once_each(smtp: SmtpSink) -> None:
+    from dataq.ops.notices import KIND_REACHABLE, KIND_UNREACHABLE, reachable_notice, unreachable_notice
+
+    notifier = MailNotifier(mail_settings(smtp.controller.port), "transfer")
+    notifier.start()
+    notifier.post(unreachable_notice("transfer", "vm:1:pop:ab", "rsync://valley/data", "exit status 10"))
+    notifier.post(reachable_notice("transfer", "vm:1:pop:ab", "rsync://valley/data", 3725.0))
+    mails = {mail["X-Dataq-Kind"]: mail for mail in await smtp.wait_for(2)}
+    assert await notifier.close()
+    assert "rsync://valley/data is unreachable; its records wait" in mails[KIND_UNREACHABLE]["Subject"]
+    assert "last error: exit status 10" in body(mails[KIND_UNREACHABLE])
+    assert "dataq-cli --queue transfer --summary" in body(mails[KIND_UNREACHABLE])
+    assert "reachable again after 3725 s" in mails[KIND_REACHABLE]["Subject"]

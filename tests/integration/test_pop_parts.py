@@ -6,7 +6,7 @@ import asyncio
 
 from dataq.config import EventSettings, PopSettings
 from dataq.pop.sweeper import Sweeper
-from dataq.store import QueueList, QueueStore
+from dataq.store import QueueList, QueueStore, RetryPolicy
 from tests.helpers import make_records
 from tests.pop_support import RecordingNotifier
 
@@ -64,7 +64,7 @@ async def test_a_sweep_promotes_due_retries(store: QueueStore) -> None:
     (record,) = make_records(1)
     await store.push_batch([record], source="t")
     await claim_as(store, ALIVE, 1, ttl=30)
-    await store.fail(ALIVE, [(record.checksum, "x")], max_errors=3, retry_delay=0.05)
+    await store.fail(ALIVE, [(record.checksum, "x")], max_errors=3, retry=RetryPolicy(delay=0.05))
     await asyncio.sleep(0.1)
     swept = await Sweeper(store, PopSettings(), EventSettings(), RecordingNotifier()).sweep()
     assert swept.promoted == 1

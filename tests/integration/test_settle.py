@@ -12,7 +12,8 @@ from dataq.config import QueueSettings
 from dataq.errors import StoreUnavailable
 from dataq.ops.notices import LogNotifier
 from dataq.pop.settler import Settler
-from dataq.store import FailOutcome, QueueList, QueueStore, connect
+from dataq.store import FailOutcome, QueueList, QueueStore, RetryPolicy, connect
+from dataq.store.lifecycle import NO_DELAY
 from tests.helpers import make_records
 from tests.pop_support import wait_until
 
@@ -25,9 +26,9 @@ class LosesTheFirstFailReply(QueueStore):
     fail_calls = 0
 
     async def fail(self, worker: str, failures: Sequence[tuple[str, str]], *, max_errors: int,
-                   retry_delay: float = 0.0) -> list[FailOutcome]:
+                   retry: RetryPolicy = NO_DELAY, now: float | None = None) -> list[FailOutcome]:
         self.fail_calls += 1
-        outcomes = await super().fail(worker, failures, max_errors=max_errors, retry_delay=retry_delay)
+        outcomes = await super().fail(worker, failures, max_errors=max_errors, retry=retry, now=now)
         if self.fail_calls == 1:
             raise StoreUnavailable("Redis is unavailable: reply lost (test)")
         return outcomes

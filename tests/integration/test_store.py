@@ -9,7 +9,7 @@ import pytest
 
 from dataq.errors import InvalidRecord, RangeError, StoreUnavailable
 from dataq.record import Record
-from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore
+from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore, RetryPolicy
 from tests.helpers import make_records, until_subscribed
 
 WORKER = "host-1:100:a"
@@ -257,7 +257,8 @@ async def test_retry_delay_parks_a_record_until_it_is_due(store: QueueStore) -> 
     await store.push_batch([record], source="t")
     await register(store)
     await store.claim(WORKER, 1)
-    assert await store.fail(WORKER, [(record.checksum, "later")], max_errors=5, retry_delay=60) == [FailOutcome.DELAYED]
+    assert await store.fail(WORKER, [(record.checksum, "later")], max_errors=5,
+                            retry=RetryPolicy(delay=60)) == [FailOutcome.DELAYED]
     summary = await store.summary()
     assert (summary.delayed, summary.active, summary.in_flight) == (1, 0, 0)
     assert await store.promote_due() == 0

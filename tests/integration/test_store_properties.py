@@ -99,6 +99,15 @@ class QueueModel(RuleBasedStateMachine):
             self.active.insert(0, record_id)
             assert outcome == [FailOutcome.RETRY]
 
+    @rule(worker=workers, batch=st.lists(ids, min_size=1, max_size=3, unique=True))
+    def postpone(self, worker: str, batch: list[str]) -> None:
+        """Destination unreachable: back to the next-to-run end, the first given next, no error counted."""
+        owned = [record_id in self.processing[worker] for record_id in batch]
+        assert self.run(self.store.postpone(worker, [(record_id, "down") for record_id in batch])) == owned
+        for record_id in reversed([r for r, mine in zip(batch, owned, strict=True) if mine]):
+            self.processing[worker].remove(record_id)
+            self.active.append(record_id)
+
     @rule(worker=workers)
     def release(self, worker: str) -> None:
         self.run(self.store.release(worker))

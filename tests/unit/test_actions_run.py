@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from typing import Any
 
 import pytest
@@ -10,8 +12,9 @@ from structlog.testing import capture_logs
 
 from dataq.actions import Action, NoOptions
 from dataq.config import QueueSettings
-from dataq.errors import ActionError
+from dataq.errors import ActionError, Permanent, Retryable
 from dataq.pop.deadlines import Deadlines
+from dataq.pop.failure import Failure
 from dataq.pop.worker import run_actions
 from dataq.record import Record
 from tests.helpers import action_context, make_records
@@ -19,16 +22,27 @@ from tests.helpers import action_context, make_records
 RECORD = make_records(1)[0]
 
 
-async def run_on_record(actions: list[Action[Any]]) -> str | None:
+async def failure_of(actions: list[Action[Any]]) -> Failure | None:
     return await run_actions(actions, RECORD, Deadlines())
+
+
+async def run_on_record(actions: list[Action[Any]]) -> str | None:
+    """What failed (the record's last error), or None."""
+    failure = await failure_of(actions)
+    return None if failure is None else failure.message
 
 
 class Scripted(Action[NoOptions]):
     """Does what the test says: record its call, then return a value, raise, or hang."""
 
-    def __init__(self, name: str, behaviour: Any = None, calls: list[str] | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, name: str, behaviour: Any = None, calls: list[str] | None = None, timeout: float = 5.0,
+                 reaches: str | None = None) -> None:
         super().__init__(NoOptions(), action_context(QueueSettings("transfer", action_timeout=timeout)))
         self.label, self.behaviour, self.calls = name, behaviour, calls if calls is not None else []
+        self.reaches = reaches
+
+    def destination(self, record: Record) -> str | None:
+        return self.reaches
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -82,3 +96,43 @@ async def test_a_non_zero_result_is_a_failure(result: object, expected: str) -> 
 
 async def test_an_action_error_without_text_still_says_something() -> None:
     assert await run_on_record([Scripted("mute", ActionError())]) == "mute: ActionError"
+
+
+# --- transient or permanent ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [
+    Retryable("connection refused"), ConnectionRefusedError(111, "Connection refused"), ConnectionResetError(),
+    TimeoutError("socket timed out"), OSError(errno.EHOSTUNREACH, "No route to host"),
+    socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"),
+])
+async def test_an_unreachable_destination_is_a_transient_failure(error: Exception) -> None:
+    failure = await failure_of([Scripted("send", error)])
+    assert failure is not None and failure.transient
+
+
+@pytest.mark.parametrize("error", [
+    ActionError("checksum mismatch"), Permanent("refused path"), KeyError("path"), OSError(errno.EACCES, "denied"),
+    socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+])
+async def test_a_fault_of_the_record_or_a_bug_is_a_failure_that_counts(error: Exception) -> None:
+    failure = await failure_of([Scripted("send", error)])
+    assert failure is not None and not failure.transient
+
+
+async def test_the_action_running_past_its_time_limit_counts_rather_than_waiting_for_ever() -> None:
+    failure = await failure_of([Scripted("slow", "hang", timeout=0.05)])
+    assert failure is not None and not failure.transient
+
+
+async def test_the_unreachable_destination_is_the_errors_then_the_actions_then_its_name() -> None:
+    named = await failure_of([Scripted("send", Retryable("down", destination="rsync://b/m"), reaches="rsync://a/m")])
+    own = await failure_of([Scripted("send", Retryable("down"), reaches="rsync://a/m")])
+    anonymous = await failure_of([Scripted("send", ConnectionRefusedError())])
+    assert [f.destination if f else None for f in (named, own, anonymous)] == ["rsync://b/m", "rsync://a/m", "send"]
+
+
+async def test_a_network_error_of_an_action_is_not_logged_as_a_bug() -> None:
+    with capture_logs() as logged:
+        await failure_of([Scripted("send", ConnectionRefusedError())])
+    assert [entry for entry in logged if entry["log_level"] == "error"] == []

@@ -126,3 +126,17 @@ def test_a_missing_archive_root_is_a_config_error(tmp_path: Path) -> None:
     settings = load(write_config(tmp_path, UNUSED_REDIS, actions=["archive_ingest"], options={"archive_ingest": table}))
     with pytest.raises(ConfigError, match=re.escape("missing key 'queues.transfer.archive_ingest.archive_root'")):
         built(settings)
+
+
+def test_a_spark_job_that_lost_its_way_to_the_cluster_is_an_outage_of_spark_not_a_fault_of_the_records() -> None:
+    from py4j.protocol import Py4JNetworkError
+
+    from dataq.actions.archive.ingest import spark_failure
+    from dataq.errors import Retryable
+
+    lost = spark_failure(Py4JNetworkError("Answer from Java side is empty"), "spark spark://10.0.0.1:7077")
+    refused = spark_failure(ConnectionRefusedError(111, "Connection refused"), "spark local[2]")
+    bad = spark_failure(ValueError("cannot parse header"), "spark local[2]")
+    assert isinstance(lost, Retryable) and lost.destination == "spark spark://10.0.0.1:7077"
+    assert isinstance(refused, Retryable)
+    assert not isinstance(bad, Retryable) and str(bad) == "Spark job failed: cannot parse header"

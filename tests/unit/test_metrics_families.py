@@ -72,3 +72,14 @@ def test_queue_gauges_appear_once_the_cache_holds_a_summary() -> None:
     assert after["dataq_flag", frozenset({q, ("flag", "read")})] == 1
     assert after["dataq_workers", frozenset({q})] == 2
     assert after["dataq_queue_events_total", frozenset({q, ("event", "pushed")})] == 12
+
+
+def test_an_unreachable_destination_is_1_while_it_lasts_and_0_once_it_is_back() -> None:
+    metrics = DaemonMetrics("transfer", "pop", lambda: {"waited": 12})
+    key = ("dataq_destination_unreachable", frozenset({("queue", "transfer"), ("destination", "rsync://valley/m")}))
+    assert key not in samples(metrics)
+    metrics.destination_unreachable("rsync://valley/m", True)
+    assert samples(metrics)[key] == 1
+    metrics.destination_unreachable("rsync://valley/m", False)
+    assert samples(metrics)[key] == 0
+    assert samples(metrics)["dataq_records_waited_total", frozenset({("queue", "transfer")})] == 12

@@ -295,6 +295,19 @@ def test_bool_is_not_an_integer_or_a_number(tmp_path: Path) -> None:
         ("[queues.transfer]\nmax_queue_size = 0", "key 'queues.transfer.max_queue_size' must be at least 1, got 0"),
         ("[queues.transfer]\naction_timeout = 0", "key 'queues.transfer.action_timeout' must be greater than 0"),
         ("[queues.transfer]\nretry_delay = -1", "key 'queues.transfer.retry_delay' must be at least 0"),
+        ("[queues.transfer]\nretry_backoff = 0.5", "key 'queues.transfer.retry_backoff' must be at least 1"),
+        ("[queues.transfer]\nretry_delay = 600\nretry_max_delay = 60",
+         "key 'queues.transfer.retry_max_delay' (60.0) must not be less than queues.transfer.retry_delay (600.0)"),
+        ("[pop]\nunreachable_after = 0", "key 'pop.unreachable_after' must be at least 1, got 0"),
+        ("[push]\nmax_memory = 0", "key 'push.max_memory' must be greater than 0"),
+        ("[push]\nresume_memory = 0.5", "key 'push.resume_memory' needs 'push.max_memory'"),
+        ("[push]\nmax_memory = 0.8\nresume_memory = 0.9",
+         "key 'push.resume_memory' (0.9) must be less than 'push.max_memory' (0.8)"),
+        ("[push]\nmax_memory = 1e9\nresume_memory = 0.5",
+         "key 'push.resume_memory' (0.5) and 'push.max_memory' (1e+09) must both be fractions of maxmemory"),
+        ("[pop]\nprobe_delay = 0", "key 'pop.probe_delay' must be greater than 0"),
+        ("[pop]\nprobe_delay = 30\nprobe_max_delay = 10",
+         "key 'pop.probe_max_delay' (10.0) must not be less than pop.probe_delay (30.0)"),
         ("[redis]\nsocket_timeout = 0", "key 'redis.socket_timeout' must be greater than 0, got 0.0"),
         ("[push]\nidle_timeout = -5", "key 'push.idle_timeout' must be greater than 0"),
         ("[push]\nbatch_max = 0", "key 'push.batch_max' must be at least 1, got 0"),
@@ -497,3 +510,30 @@ def test_high_availability_mistakes_are_named(tmp_path: Path, text: str, message
 def test_a_redis_url_override_conflicts_with_configured_sentinels(tmp_path: Path) -> None:
     text = '[redis]\nsentinels = ["a:1"]\nmaster_name = "m"\n'
     assert "exclude each other" in error_of(tmp_path, text, DATAQ_REDIS_URL="redis://x:1")
+
+
+@pytest.mark.parametrize(("max_memory", "resume_memory", "maxmemory", "limits"), [
+    (None, None, 1000, None),
+    (0.5, None, 1000, (500, 450)),
+    (0.5, 0.25, 1000, (500, 250)),
+    (0.5, None, 0, None),  # a fraction of no maxmemory: nothing to watch
+    (2e9, None, 0, (2_000_000_000, 1_800_000_000)),
+    (2e9, 1e9, 64, (2_000_000_000, 1_000_000_000)),
+])
+def test_max_memory_is_a_fraction_of_maxmemory_up_to_1_and_bytes_above(
+        max_memory: float | None, resume_memory: float | None, maxmemory: int,
+        limits: tuple[int, int] | None) -> None:
+    push = PushSettings(max_memory=max_memory, resume_memory=resume_memory)
+    assert push.memory_limits(maxmemory) == limits
+
+
+def test_the_memory_watermark_is_off_by_default_and_reads_fractions_or_bytes_from_the_file(tmp_path: Path) -> None:
+    default = load_settings(environ=ENV).push
+    assert (default.max_memory, default.resume_memory, default.memory_limits(2**30)) == (None, None, None)
+    fraction = load(tmp_path, "[push]\nmax_memory = 0.8\n").push
+    assert fraction.memory_limits(1000) == (800, 720)  # resume_memory: nine tenths of max_memory
+    in_bytes = load(tmp_path, "[push]\nmax_memory = 4_000_000_000\nresume_memory = 3_000_000_000\n").push
+    assert in_bytes.memory_limits(0) == (4_000_000_000, 3_000_000_000)
+    assert error_of(tmp_path, "[push]\nmax_memory = 0.8\nresume_memory = 700_000_000\n") == (
+        f"{tmp_path / 'dataq.toml'}: key 'push.resume_memory' (7e+08) and 'push.max_memory' (0.8) must both be "
+        "fractions of maxmemory (at most 1) or both bytes")

@@ -1,18 +1,21 @@
 -- fail.lua: a worker's action failed on records. Each failure counts; a record that has failed more than
 -- max_errors times moves to the inactive list, otherwise it goes back to the left end of the active list
--- (last to run), or into the delayed set when a retry delay is configured.
+-- (last to run), or into the delayed set when a retry delay is configured: the delay after the n-th failure is
+-- min(max delay, first delay * backoff ^ (n - 1)), times the record's jitter factor.
 -- KEYS[1] processing list of the worker   KEYS[2] active list      KEYS[3] inactive list   KEYS[4] delayed zset
 -- KEYS[5] errors hash                     KEYS[6] lasterror hash   KEYS[7] events stream   KEYS[8] counters hash
--- ARGV[1] events max length (0 = keep no events)   ARGV[2] max_errors   ARGV[3] retry due time in ms (0 = no delay)
--- ARGV[4], ARGV[5], ... pairs: record id, error message
+-- ARGV[1] events max length (0 = keep no events)   ARGV[2] max_errors   ARGV[3] now in ms
+-- ARGV[4] first retry delay in ms (0 = retry at once)   ARGV[5] backoff factor   ARGV[6] longest delay in ms
+-- ARGV[7], ARGV[8], ARGV[9], ... triples: record id, error message, jitter factor (0 < factor <= 1)
 -- return: status string, one char per record: 'r' retried, 'd' delayed, 'i' inactive, '-' not owned
 local processing, active, inactive, delayed, errors, lasterror, events, counters =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local maxlen, max_errors, due = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local maxlen, max_errors, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local first_delay, backoff, max_delay = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local status = {}
 local failed, deactivated = 0, 0
-for i = 4, #ARGV, 2 do
-  local id, message = ARGV[i], ARGV[i + 1]
+for i = 7, #ARGV, 3 do
+  local id, message, jitter = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   -- From the right, where the oldest claims are: records mostly finish in the order they were claimed, so
   -- the search ends after a few entries instead of crossing the whole list.
   if redis.call('LREM', processing, -1, id) == 1 then
@@ -25,8 +28,11 @@ for i = 4, #ARGV, 2 do
       status[#status + 1] = 'i'
       if maxlen > 0 then redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'deactivated', 'id', id, 'd', message) end
     else
-      if due > 0 then
-        redis.call('ZADD', delayed, due, id)
+      if first_delay > 0 then
+        -- Capped before it is multiplied further: backoff ^ n overflows to inf after enough failures.
+        local delay = first_delay * backoff ^ math.min(count - 1, 1000)
+        if delay > max_delay then delay = max_delay end
+        redis.call('ZADD', delayed, now + math.floor(delay * jitter), id)
         status[#status + 1] = 'd'
       else
         redis.call('LPUSH', active, id)
