@@ -18,7 +18,12 @@ Options (``[queues.NAME.disk_store]``):
 ``remove_source`` (default false)
     Delete the source file once its stored copy is verified and durable.
 ``timeout`` (default: the queue's ``action_timeout``)
-    Seconds one record may take.
+    Seconds one record may take, waiting for its batch included.
+``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
+    Records are stored in batches (:class:`~dataq.actions.batcher.BatchOptions`): the files of a batch are
+    copied, then made durable with one sync of the filesystem, read back, published, and their names made
+    durable with a second sync, so a batch costs two journal commits instead of two per file. One record's
+    failure is its own. Set ``[pop] concurrency`` to at least twice ``batch_size`` for full batches.
 
 A record whose file is already stored with the same data succeeds without a second copy (a retry, or a record
 pushed again), so a crash anywhere is recovered by running the record again. With the default layout the date
@@ -37,18 +42,24 @@ from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
 
-from .base import Action
-from .files import store
+from .base import Action, ActionContext
+from .batcher import BatchOptions
+from .files import in_thread
 from .layout import check_layout, record_values, render
+from .storing import Stored, store_batch_sync
 
 DEFAULT_LAYOUT = "{date}/{checksum2}/{checksum}"
 """One directory per day, then 256 fan-out directories by checksum prefix so none grows too large."""
+
+CLOSE_GRACE = 30.0
+"""Seconds :meth:`DiskStoreAction.close` lets running batches finish before it stops them (their records were
+not acknowledged and run again)."""
 
 log = get_logger()
 
 
 @dataclass(frozen=True, slots=True)
-class DiskStoreOptions:
+class DiskStoreOptions(BatchOptions):
     root: str
     """Absolute path of the storage root (an existing directory)."""
     layout: str = DEFAULT_LAYOUT
@@ -69,6 +80,7 @@ class DiskStoreOptions:
         check_algorithm(self.algorithm)
         if self.timeout is not None and not 0 < self.timeout < float("inf"):
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        self.check_batching()
 
 
 class DiskStoreAction(Action[DiskStoreOptions]):
@@ -85,10 +97,23 @@ class DiskStoreAction(Action[DiskStoreOptions]):
     def destination(self, record: Record) -> str | None:
         return self.options.root
 
+    def __init__(self, options: DiskStoreOptions, context: ActionContext) -> None:
+        super().__init__(options, context)
+        self._batcher = options.batcher(self._store_batch, lambda item: item[0].size)
+
     async def run(self, record: Record) -> None:
         options = self.options
-        relative = render(options.layout, record_values(record))
-        stored = await store(record, options.root, relative, algorithm=options.algorithm, verify=options.verify,
-                             remove_source=options.remove_source)
-        log.info("stored" if stored.copied else "already stored", id=record.id, path=stored.path,
+        outcome = await self._batcher.submit((record, render(options.layout, record_values(record))))
+        if isinstance(outcome, ActionError):
+            raise outcome
+        log.info("stored" if outcome.copied else "already stored", id=record.id, path=outcome.path,
                  source_removed=options.remove_source)
+
+    async def _store_batch(self, items: list[tuple[Record, str]]) -> list[Stored | ActionError]:
+        options = self.options
+        return await in_thread(lambda abort: store_batch_sync(
+            items, options.root, algorithm=options.algorithm, verify=options.verify,
+            remove_source=options.remove_source, abort=abort))
+
+    async def close(self) -> None:
+        await self._batcher.close(CLOSE_GRACE)

@@ -10,20 +10,23 @@ Options (``[queues.NAME.network_move]``):
 ``layout`` (default ``"{name}"``)
     Path of the file beneath ``destination``; the placeholders of ``disk_store``'s layout.
 ``create_dirs`` (default true)
-    Create the target's missing directories (``--mkpath``: rsync 3.2.3 or later on both ends; turn it off for
-    an older rsync and a destination whose directories exist).
+    Create ``destination``'s missing directories (``--mkpath``: rsync 3.2.3 or later on both ends; turn it off
+    for an older rsync and a destination that exists). Layout directories beneath it are always created.
 ``rsync`` (default ``"rsync"``), ``extra_args`` (default none)
     The rsync program and arguments added to every call (``--bwlimit=...``, ``--password-file=...``).
 ``algorithm`` (default ``"md5"``)
     hashlib name of the records' checksum.
 ``verify`` (default true)
     Verify the file at the destination after the transfer (see below).
+``reread`` (default false)
+    With ``verify``, also have the destination read back each file this transfer sent (below).
 ``remove_source`` (default false)
     Delete the source once the file is verified at the destination and, with ``next_sites``, handed on.
 ``io_timeout`` (default 60)
     Seconds rsync may see no data before it gives up (its ``--timeout`` and, for a daemon, ``--contimeout``).
 ``timeout`` (default: the queue's ``action_timeout``)
-    Seconds one record may take in all; a transfer still running then is killed.
+    Seconds one record may take in all, waiting for its batch included; a transfer whose records have all
+    given up is killed.
 ``next_sites`` (default none), ``next_path``, ``handon_timeout`` (default 10)
     ``host:port`` of the next site's dataq push daemons. After a verified transfer the record, with its path
     there (``next_path``: an absolute template with the layout's placeholders and ``{relpath}``, the file's
@@ -31,29 +34,45 @@ Options (``[queues.NAME.network_move]``):
     ``Pushed`` or ``Ignored`` reply makes the hand-on good, an ``Error:`` reply fails the record with that
     message. A site that cannot be reached or does not answer in time is skipped for the next one.
 
-What is verified: before sending, the source's size and checksum must match the record (a bad source is
-never sent, so it cannot overwrite a good copy). The transfer uses ``--checksum`` (a retry of a file already
-there sends nothing) and rsync writes under a temporary name that it renames when complete. With ``verify``, a
-second, dry-run rsync with ``--checksum --checksum-choice=md5`` makes the receiving side read the file back
-from its disk and compare its full md5 with the md5 the sending side computes of the source; the destination
-counts as verified only if rsync finds nothing to send and, for md5 records, that md5 is the record's (so the
-destination holds the record's bytes, not merely whatever the source holds by then). Records of another
-algorithm are verified against the source, itself checked against the record before the transfer.
+``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
+    Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
+    files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
+    own. Set ``[pop] concurrency`` to at least twice ``batch_size`` for full batches.
+
+What is verified: before sending, the source's size and checksum must match the record (a bad source is never
+sent, so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a
+batch are read in parallel while the previous batch is sent. The transfer skips a file the destination holds
+with the same size and time (a retry sends nothing), and rsync writes under a temporary name that it renames
+when complete. With ``verify``, a file counts as at the destination when:
+
+* rsync transferred it and its source is still the file dataq read (same device, inode, size, modification and
+  change time): rsync's receiver checks the whole-file checksum of what it wrote against the sender's of what
+  it read, so the destination holds the bytes dataq checked against the record;
+* or rsync did not transfer it (it was there already), and a dry-run fetch of such files from the destination
+  (:func:`.rsync.remote_md5s`: the far side reads each file and reports its md5; nothing is read on this side)
+  reports the record's md5 (for records of another algorithm, the source's md5, computed in the same read as
+  the record's checksum). A file that does not verify is sent once more with ``--ignore-times`` (the
+  destination may hold other data of the same size and time) and checked again.
+
+``reread`` has the fetch read back the files rsync sent as well: one more read of each file at the destination,
+for a destination whose storage may not keep what it was given. Without ``verify`` every file is sent
+(``--ignore-times``; rsync's delta transfer makes that cheap for a file already there), and files are checked
+at the destination only when rsync reports that some failed, to tell which.
+
+One record's failure is its own: a bad source, a file that does not verify, a file rsync could not write. An
+rsync that cannot reach the destination fails every record of its batch as an outage of the destination.
 
 A record whose source is gone (this action removed it, then the daemon died before the record was
-acknowledged) succeeds if the destination holds its data: a dry-run fetch makes the far side report the md5
-of its file, which must be the record's (md5 records only; others fail as a missing source).
+acknowledged) succeeds if the destination holds its data: the fetch reports the md5 of the file there, which
+must be the record's (md5 records only; others fail as a missing source).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
-import signal
-import tempfile
 from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
@@ -63,59 +82,34 @@ from dataq.feed.client import Feeder
 from dataq.logs import get_logger
 from dataq.protocol import ReplyKind
 from dataq.record import Record
-from dataq.runtime.children import die_with_parent
 
-from .base import Action
-from .files import SourceMismatch, check_source_sync, in_thread, remove_source_sync
+from .base import Action, ActionContext
+from .batcher import BatchOptions
+from .files import SourceMismatch, SourceRead, identity_of, in_thread, read_source_sync, remove_source_sync
 from .layout import LAYOUT_FIELDS, check_layout, record_values, render
+from .rsync import (
+    RSYNC_PARTIAL,
+    Completed,
+    destination_kind,
+    join,
+    make_work_dir,
+    remote_md5s,
+    remove_stale_work_dirs,
+    send,
+    write_list,
+)
 
 DEFAULT_LAYOUT = "{name}"
 DEFAULT_IO_TIMEOUT = 60.0
 DEFAULT_HANDON_TIMEOUT = 10.0
 NEXT_PATH_FIELDS = LAYOUT_FIELDS | {"relpath"}
-STDERR_TAIL_LINES = 5
-"""Lines of rsync's stderr quoted in a failure (its last lines say what went wrong)."""
-KILL_WAIT = 5.0
-"""Seconds to wait for a killed rsync to be reaped."""
-VERIFY_MARK = "dataq-verify"
-"""Prefixes the lines of the verifying rsync that describe the file, so nothing else it prints is parsed."""
-RSYNC_EXIT_MEANINGS = {
-    1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
-    5: "error starting client-server protocol", 10: "error in socket I/O", 11: "error in file I/O",
-    12: "error in rsync protocol data stream", 20: "received SIGUSR1 or SIGINT",
-    23: "partial transfer due to error", 24: "partial transfer due to vanished source files",
-    30: "timeout in data send/receive", 35: "timeout waiting for daemon connection",
-}
-RSYNC_UNREACHABLE = frozenset({10, 12, 30, 35, 255})
-"""Exit statuses that mean the far side could not be reached or went away: socket I/O (a refused connection),
-a broken protocol stream (the peer died), the two timeouts, and ssh's own failure."""
-RSYNC_BUSY_OR_FULL = ("max connections", "No space left on device", "Disk quota exceeded")
-"""Words of rsync's stderr that mean the far side cannot take the file for now (a daemon at its connection
-limit, a full disk): outages an operator or time cures, not faults of the record."""
-# Names never start with "-": ssh would take such a host or user for an option.
-_HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])"
-_USER = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?"
-_RSYNC_URL = re.compile(rf"rsync://{_USER}{_HOST}(?::[0-9]{{1,5}})?/[A-Za-z0-9_.-]+(?:/\S*)?")
-_SSH_TARGET = re.compile(rf"{_USER}{_HOST}:(?!//)\S*")
-_SITE = re.compile(rf"(?P<host>{_HOST}):(?P<port>[0-9]{{1,5}})")
+NO_DELAY = "--sockopts=TCP_NODELAY"
+CLOSE_GRACE = 30.0
+"""Seconds :meth:`NetworkMoveAction.close` lets running batches finish before it kills their rsync (their
+records were not acknowledged and run again)."""
+_SITE = re.compile(r"(?P<host>(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])):(?P<port>[0-9]{1,5})")
 
 log = get_logger()
-
-
-def destination_kind(destination: str) -> str:
-    """``daemon``, ``ssh`` or ``local``; ValueError for anything else."""
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in destination):
-        raise ValueError(f"destination {destination!r} contains whitespace or a control character")
-    if destination.startswith("rsync://"):
-        if _RSYNC_URL.fullmatch(destination) is None:
-            raise ValueError(f"destination {destination!r} is not rsync://[user@]host[:port]/module[/path]")
-        return "daemon"
-    if destination.startswith("/"):
-        return "local"
-    if _SSH_TARGET.fullmatch(destination) is None:
-        raise ValueError(f"destination {destination!r} is neither rsync://host[:port]/module/path, "
-                         "[user@]host:path nor an absolute path")
-    return "ssh"
 
 
 def parse_site(site: str) -> tuple[str, int]:
@@ -126,18 +120,14 @@ def parse_site(site: str) -> tuple[str, int]:
     return match["host"].strip("[]"), int(match["port"])
 
 
-def _join(destination: str, relative: str) -> str:
-    return destination + relative if destination.endswith(":") else f"{destination.rstrip('/')}/{relative}"
-
-
 @dataclass(frozen=True, slots=True)
-class NetworkMoveOptions:
+class NetworkMoveOptions(BatchOptions):
     destination: str
     """Where files go: ``rsync://host[:port]/module/path``, ``[user@]host:path`` or an absolute path."""
     layout: str = DEFAULT_LAYOUT
     """The file's path beneath ``destination``."""
     create_dirs: bool = True
-    """Create missing directories of the target (``--mkpath``: rsync 3.2.3 or later on both ends)."""
+    """Create ``destination`` if missing (``--mkpath``: rsync 3.2.3 or later on both ends)."""
     rsync: str = "rsync"
     """The rsync program."""
     extra_args: tuple[str, ...] = ()
@@ -146,6 +136,9 @@ class NetworkMoveOptions:
     """hashlib name of the records' checksum."""
     verify: bool = True
     """Verify the file at the destination after the transfer."""
+    reread: bool = False
+    """Also have the destination read back each file rsync sent (rsync checks what it wrote against what it
+    sent; this reads it again from the destination's disk)."""
     remove_source: bool = False
     """Delete the source once the file is verified (and handed on)."""
     io_timeout: float = DEFAULT_IO_TIMEOUT
@@ -173,138 +166,101 @@ class NetworkMoveOptions:
             raise ValueError("next_sites needs next_path: the record's path at the next site")
         if self.next_path is not None:
             check_layout(self.next_path, NEXT_PATH_FIELDS, absolute=True)
+        self.check_batching()
 
 
 @dataclass(frozen=True, slots=True)
-class Completed:
-    status: int
-    stdout: str
-    stderr: str
+class Move:
+    """One record of a batch: its file's path beneath the destination, and what reading its source found (None:
+    the source is gone, only the destination is checked)."""
 
+    record: Record
+    relative: str
+    source: SourceRead | None
 
-async def run_command(argv: list[str]) -> Completed:
-    """Run ``argv`` (never through a shell) to completion; a cancelled caller kills its whole process group.
-
-    rsync forks helpers (its receiver, ssh), so the group is killed, not only the process we started. A pop
-    daemon that dies (SIGKILL, a forced exit) cannot kill it: the kernel sends it SIGTERM then, so no transfer
-    runs on without the daemon that would record it.
-    """
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM),
-        )
-    except OSError as exc:
-        raise ActionError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
-    try:
-        stdout, stderr = await process.communicate()
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.shield(asyncio.wait_for(process.wait(), KILL_WAIT))
-        raise
-    assert process.returncode is not None
-    return Completed(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
-
-
-def _failure(what: str, result: Completed, destination: str) -> ActionError:
-    """The error of a failed rsync: Retryable when the far side could not be reached or could not take the file
-    for now (:data:`RSYNC_UNREACHABLE`, :data:`RSYNC_BUSY_OR_FULL`), which is an outage of ``destination``."""
-    meaning = RSYNC_EXIT_MEANINGS.get(result.status, "")
-    tail = " | ".join(result.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
-    message = f"{what} failed with exit status {result.status}{f' ({meaning})' if meaning else ''}" \
-              f"{f': {tail}' if tail else ''}"
-    if result.status in RSYNC_UNREACHABLE or any(sign in result.stderr for sign in RSYNC_BUSY_OR_FULL):
-        return Retryable(message, destination=destination)
-    return ActionError(message)
+    @property
+    def md5(self) -> str:
+        """The md5 the destination's file must have."""
+        return self.source.md5 if self.source is not None else self.record.checksum.lower()
 
 
 class NetworkMoveAction(Action[NetworkMoveOptions]):
-    """Transfer each record's file with rsync, verify it, hand it on (see the module docstring)."""
+    """Transfer records' files with rsync a batch at a time, verify them, hand them on (see the module docstring)."""
 
     name = "network_move"
     Options = NetworkMoveOptions
+
+    def __init__(self, options: NetworkMoveOptions, context: ActionContext) -> None:
+        super().__init__(options, context)
+        self._batcher = options.batcher(self._move_batch, lambda move: move.record.size)
+        # As many sources read at once as there are CPUs: more would only share them, so that every file is
+        # read late instead of the first ones early, and the first batch would wait for all of them.
+        self._readers = asyncio.Semaphore(os.cpu_count() or 1)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
         if shutil.which(self.options.rsync) is None:
             raise ActionError(f"network_move: rsync program {self.options.rsync!r} not found")
+        await asyncio.to_thread(remove_stale_work_dirs)
+
+    async def close(self) -> None:
+        await self._batcher.close(CLOSE_GRACE)
 
     def destination(self, record: Record) -> str | None:
         return self.options.destination
 
-    def _rsync_args(self) -> list[str]:
+    def base_args(self) -> list[str]:
         options = self.options
         seconds = str(max(1, round(options.io_timeout)))
-        args = [options.rsync, "--checksum", f"--timeout={seconds}"]
+        args = [options.rsync, f"--timeout={seconds}"]
         if destination_kind(options.destination) == "daemon":
-            args.append(f"--contimeout={seconds}")
+            # Without TCP_NODELAY the daemon protocol's small messages meet delayed acknowledgements: every call
+            # then waits 40 ms two or three times (measured: 90-130 ms per call against 5 ms with it).
+            args += [f"--contimeout={seconds}", NO_DELAY]
         return [*args, *options.extra_args]
 
     async def run(self, record: Record) -> None:
         options = self.options
         values = record_values(record)
         relative = render(options.layout, values)
-        target = _join(options.destination, relative)
-        if await asyncio.to_thread(os.path.lexists, record.path):
-            await self._send(record, target)
-        else:
-            # A retry after this action removed the source but before the record was acknowledged (a crash):
-            # the move is done if the destination holds the record's data.
-            await self._check_remote_only(record, target)
+        # Sources are read here, before batching, so that records hash in parallel while a batch is sent.
+        try:
+            async with self._readers:
+                source: SourceRead | None = await in_thread(
+                    lambda abort: read_source_sync(record, options.algorithm, abort))
+        except SourceMismatch:
+            if await asyncio.to_thread(os.path.lexists, record.path) or options.algorithm != "md5":
+                raise  # rsync can report md5 only
+            source = None  # removed by an earlier run that then died: done if the destination holds the data
+        error = await self._batcher.submit(Move(record, relative, source))
+        if error is not None:
+            raise error
         if options.next_sites:
             assert options.next_path is not None
             await self.hand_on(record, render(options.next_path, {**values, "relpath": relative}, absolute=True))
         if options.remove_source:
             await asyncio.to_thread(remove_source_sync, record.path)
-        log.info("moved", id=record.id, target=target, verified=options.verify, handed_on=bool(options.next_sites),
-                 source_removed=options.remove_source)
+        log.info("moved", id=record.id, target=join(options.destination, relative), verified=options.verify,
+                 handed_on=bool(options.next_sites), source_removed=options.remove_source)
 
-    async def _send(self, record: Record, target: str) -> None:
-        options = self.options
-        await in_thread(lambda abort: check_source_sync(record, options.algorithm, abort))
-        mkpath = ["--mkpath"] if options.create_dirs else []
-        result = await run_command([*self._rsync_args(), "--times", *mkpath, "--", record.path, target])
-        if result.status != 0:
-            raise _failure(f"rsync of {record.path} to {target}", result, options.destination)
-        if not options.verify:
-            return
-        item, reported = await self._describe(
-            [*self._rsync_args(), "--times", "--dry-run", "--itemize-changes", "--itemize-changes", "--", record.path,
-             target], f"verification of {target}")
-        if not item.startswith(".f"):
-            raise ActionError(f"verification of {target} failed: the destination differs from the source "
-                              f"(rsync itemizes {item})")
-        # rsync reports the md5 it verified with; records of other algorithms are checked against the source.
-        if options.algorithm == "md5" and reported.lower() != record.checksum.lower():
-            raise ActionError(f"verification of {target} failed: checksum {reported or '(none)'}, "
-                              f"the record says {record.checksum}")
-
-    async def _check_remote_only(self, record: Record, target: str) -> None:
-        if self.options.algorithm != "md5":  # rsync can report md5 only
-            raise SourceMismatch(f"source file {record.path} does not exist")
-        # A dry-run fetch into an empty directory: the far side reads its file and reports its md5; no data moves.
-        scratch = await asyncio.to_thread(tempfile.mkdtemp, prefix="dataq-check-")
+    async def _move_batch(self, moves: list[Move]) -> list[ActionError | None]:
+        """Send, then verify, a batch: per record None (its file is at the destination) or what failed."""
+        outcomes: list[ActionError | None] = [None] * len(moves)
+        targets: dict[str, Move] = {}
+        for index, move in enumerate(moves):
+            other = targets.setdefault(move.relative, move)
+            if other.md5 != move.md5:
+                outcomes[index] = ActionError(f"{self.target(move)} is also the target of record "
+                                              f"{other.record.id} of this batch")
+        work = await asyncio.to_thread(make_work_dir)
         try:
-            _, reported = await self._describe([*self._rsync_args(), "--dry-run", "--", target, f"{scratch}/"],
-                                               f"source file {record.path} does not exist; checking {target}")
+            await _BatchMove(self, moves, outcomes, work).run()
         finally:
-            await asyncio.to_thread(shutil.rmtree, scratch, True)
-        if reported.lower() != record.checksum.lower():
-            raise SourceMismatch(f"source file {record.path} does not exist and {target} holds other data "
-                                 f"(checksum {reported or '(none)'})")
+            await asyncio.to_thread(shutil.rmtree, work, True)
+        return outcomes
 
-    async def _describe(self, argv: list[str], what: str) -> tuple[str, str]:
-        """Run a dry-run rsync that itemizes the one file; its change summary (``%i``) and md5 (``%C``)."""
-        argv = [*argv[:1], "--checksum-choice=md5", f"--out-format={VERIFY_MARK} %i %C", *argv[1:]]
-        result = await run_command(argv)
-        if result.status != 0:
-            raise _failure(what, result, self.options.destination)
-        lines = [line.split() for line in result.stdout.splitlines() if line.startswith(f"{VERIFY_MARK} ")]
-        if len(lines) != 1 or len(lines[0]) < 2:
-            raise ActionError(f"{what}: rsync did not describe the file ({result.stdout.strip()!r})")
-        return lines[0][1], lines[0][2] if len(lines[0]) > 2 else ""
+    def target(self, move: Move) -> str:
+        return join(self.options.destination, move.relative)
 
     async def hand_on(self, record: Record, path: str) -> None:
         """Push ``record`` as ``path`` to the first next site that answers; ActionError if none accepts it."""
@@ -333,3 +289,132 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         raise Retryable(f"no next site took the record: {'; '.join(problems)}",
                         destination=f"next sites {', '.join(self.options.next_sites)}")
 
+
+class _BatchMove:
+    """Sending and verifying one batch (see the module docstring); fills ``outcomes`` for the records that fail."""
+
+    def __init__(self, action: NetworkMoveAction, moves: list[Move], outcomes: list[ActionError | None],
+                 work: str) -> None:
+        self.action, self.options, self.moves, self.outcomes, self.work = action, action.options, moves, outcomes, work
+        self.sent: Completed | None = None
+        self.fetched: Completed | None = None
+        self.found: dict[str, str] = {}
+        """md5 of each file the destination reported, by its path there."""
+
+    def _open(self) -> list[int]:
+        return [index for index, outcome in enumerate(self.outcomes) if outcome is None]
+
+    async def run(self) -> None:
+        options = self.options
+        present = [index for index in self._open() if self.moves[index].source is not None]
+        # Without verify every file is sent: rsync's end-to-end check then covers each of them.
+        transferred = await self._send(present, ignore_times=not options.verify) if present else set()
+        if self._failed_all():
+            return
+        # A file rsync did not transfer (already there, or rsync failed on it) is checked where it is; with
+        # reread, so is every file.
+        check = [index for index in self._open()
+                 if options.reread or self.moves[index].relative not in transferred]
+        if not options.verify and self.sent is not None and self.sent.status == 0:
+            check = [index for index in check if self.moves[index].source is None]
+        wrong = await self._verify(check)
+        retry = [index for index in wrong if self.moves[index].source is not None]
+        if retry and options.verify and self.sent is not None and self.sent.status == 0:
+            # The destination may hold other data of the same size and time, which the quick check skipped.
+            transferred = await self._send(retry, ignore_times=True)
+            if self._failed_all():
+                return
+            wrong = set(wrong) - set(retry) | await self._verify(
+                [index for index in retry if options.reread or self.moves[index].relative not in transferred])
+        for index in wrong:
+            self.outcomes[index] = self._not_there(self.moves[index])
+
+    async def _send(self, indices: list[int], *, ignore_times: bool) -> set[str]:
+        """Send the files of ``indices``; their names that rsync transferred and whose source did not change."""
+        tree, listing = os.path.join(self.work, "tree"), os.path.join(self.work, "send")
+        moves = [self.moves[index] for index in indices]
+
+        def stage() -> None:
+            shutil.rmtree(tree, ignore_errors=True)
+            for move in moves:
+                link = os.path.join(tree, move.relative)
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                if not os.path.lexists(link):  # the same data twice in a batch is sent once
+                    os.symlink(os.path.abspath(move.record.path), link)
+            write_list(listing, sorted({move.relative for move in moves}))
+
+        await asyncio.to_thread(stage)
+        transferred, self.sent = await send(self.action.base_args(), tree, listing, self.options.destination,
+                                            mkpath=self.options.create_dirs, ignore_times=ignore_times)
+        changed = await asyncio.to_thread(self._changed, [move for move in moves if move.relative in transferred])
+        for index, move in zip(indices, moves, strict=True):
+            if move.record.path in changed:
+                self.outcomes[index] = ActionError(f"source file {move.record.path} changed while it was sent to "
+                                                   f"{self.action.target(move)}")
+        return transferred
+
+    @staticmethod
+    def _changed(moves: list[Move]) -> set[str]:
+        """Sources that are no longer the file dataq read (rsync sent what it read, which may then differ)."""
+        changed = set()
+        for move in moves:
+            assert move.source is not None
+            try:
+                if identity_of(os.stat(move.record.path)) != move.source.identity:
+                    changed.add(move.record.path)
+            except OSError:
+                changed.add(move.record.path)
+        return changed
+
+    def _failed_all(self) -> bool:
+        """After a send: if rsync could not reach the destination or did not run, every open record fails."""
+        sent = self.sent
+        if sent is None or sent.status == 0 or (sent.status in RSYNC_PARTIAL and not sent.unreachable):
+            return False
+        for index in self._open():
+            move = self.moves[index]
+            self.outcomes[index] = sent.failure(self._what(move), self.options.destination, move.relative)
+        return True
+
+    async def _verify(self, indices: list[int]) -> set[int]:
+        """Have the destination report the md5 of each file of ``indices``; those that are not what they must be."""
+        if not indices:
+            return set()
+        scratch, listing = os.path.join(self.work, "scratch"), os.path.join(self.work, "verify")
+        relatives = sorted({self.moves[index].relative for index in indices})
+
+        def prepare() -> None:
+            os.makedirs(scratch, exist_ok=True)
+            write_list(listing, relatives)
+
+        await asyncio.to_thread(prepare)
+        found, self.fetched = await remote_md5s(self.action.base_args(), listing, self.options.destination, scratch)
+        if self.fetched.unreachable:
+            for index in indices:
+                self.outcomes[index] = self.fetched.failure(
+                    f"verification of {self.action.target(self.moves[index])}", self.options.destination)
+            return set()
+        self.found.update(found)
+        return {index for index in indices if found.get(self.moves[index].relative) != self.moves[index].md5}
+
+    def _what(self, move: Move) -> str:
+        return f"rsync of {move.record.path} to {self.action.target(move)}"
+
+    def _not_there(self, move: Move) -> ActionError:
+        record, target, sent, fetched = move.record, self.action.target(move), self.sent, self.fetched
+        assert fetched is not None
+        reported = self.found.get(move.relative)
+        if move.source is None:
+            if reported is None:
+                return SourceMismatch(fetched.describe(f"source file {record.path} does not exist; checking {target}",
+                                                       move.relative))
+            return SourceMismatch(f"source file {record.path} does not exist and {target} holds other data "
+                                  f"(checksum {reported or '(none)'})")
+        if sent is not None and sent.status != 0 and move.relative in sent.stderr:
+            return sent.failure(self._what(move), self.options.destination, move.relative)
+        if reported is None:
+            problem = sent.describe(self._what(move), move.relative) if sent is not None and sent.status else \
+                fetched.describe(f"verification of {target}", move.relative)
+            return ActionError(f"{target} is not at the destination after the transfer: {problem}")
+        return ActionError(f"verification of {target} failed: the destination differs from the source "
+                           f"(checksum {reported or '(none)'}, the record's data has {move.md5})")

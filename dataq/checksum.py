@@ -33,15 +33,23 @@ def check_algorithm(algorithm: str) -> str:
 
 def hash_fd(fd: int, algorithm: str = DEFAULT_ALGORITHM, abort: threading.Event | None = None) -> tuple[str, int]:
     """(hex digest, bytes read) of the file open at ``fd``, from its start; Aborted once ``abort`` is set."""
-    digest = hashlib.new(algorithm, usedforsecurity=False)  # an identity, not a secret: FIPS hosts allow it
+    (digest,), total = hash_fd_many(fd, (algorithm,), abort)
+    return digest, total
+
+
+def hash_fd_many(fd: int, algorithms: tuple[str, ...], abort: threading.Event | None = None) -> tuple[list[str], int]:
+    """(hex digest per algorithm, bytes read) of the file open at ``fd``, from its start, in one read."""
+    # An identity, not a secret: FIPS hosts allow it.
+    digests = [hashlib.new(algorithm, usedforsecurity=False) for algorithm in algorithms]
     total = 0
     os.lseek(fd, 0, os.SEEK_SET)
     while chunk := os.read(fd, CHUNK_BYTES):
         if abort is not None and abort.is_set():
             raise Aborted("checksum aborted")
-        digest.update(chunk)
+        for digest in digests:
+            digest.update(chunk)
         total += len(chunk)
-    return digest.hexdigest(), total
+    return [digest.hexdigest() for digest in digests], total
 
 
 def hash_file(path: str, algorithm: str = DEFAULT_ALGORITHM, abort: threading.Event | None = None) -> tuple[str, int]:

@@ -203,6 +203,15 @@ def fake_ssh(directory: Path) -> Path:
     return script
 
 
+def recording_rsync(directory: Path) -> tuple[Path, Path]:
+    """An rsync that notes each time it is started, a line of its process id (the same once it execs the real
+    rsync) and arguments: the program, and the file it notes in."""
+    script, calls = directory / "recording-rsync", directory / "rsync-calls"
+    script.write_text(f'#!/bin/sh\necho "$$ $*" >> "{calls}"\nexec "{shutil.which("rsync")}" "$@"\n')
+    script.chmod(0o755)
+    return script, calls
+
+
 def corrupting_rsync(directory: Path, victim: Path) -> Path:
     """An rsync that, after each real transfer (not a dry run), damages ``victim``: a disk that lies."""
     script = directory / "corrupting-rsync"

@@ -114,6 +114,16 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
+def write_tables(path: Path, data_dir: Path, tables: dict[str, dict[str, Any]]) -> Path:
+    """A settings file at ``path``: ``data_dir``, then each table with its keys."""
+    lines = [f"data_dir = {toml_value(str(data_dir))}"]
+    for table, keys in tables.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def write_config(
     tmp_path: Path,
     redis_url: str,

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dataq.actions.archive.batcher import MicroBatcher
 from dataq.actions.base import Action, ActionContext
+from dataq.actions.batcher import MicroBatcher
 from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -241,10 +241,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
             raise error
 
     async def close(self) -> None:
-        try:
-            async with asyncio.timeout(CLOSE_DRAIN_TIMEOUT):
-                await self._batcher.drain()
-        except TimeoutError:
+        if not await self._batcher.close(CLOSE_DRAIN_TIMEOUT):
             log.warning("archive batches still running at shutdown; stopping Spark under them (their records "
                         "were not acknowledged and will run again)", seconds=CLOSE_DRAIN_TIMEOUT)
         if self._job is not None:

@@ -16,7 +16,7 @@ from dataq.feed.client import Feeder
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import LOOPBACK, RsyncDaemon, hidden_leftovers, make_file, md5, rsync_daemon
-from tests.pop_support import PopProcess, counter, processes, toml_value, wait_for_value
+from tests.pop_support import PopProcess, counter, processes, wait_for_value, write_tables
 from tests.push_support import push_process
 
 FILES = 1000
@@ -43,13 +43,7 @@ def write_config(tmp_path: Path, redis_url: str, daemon: RsyncDaemon, ports: dic
         },
         f"queues.{VALLEY}": {"push_port": ports[VALLEY], "actions": ["echo"]},
     }
-    lines = [f"data_dir = {toml_value(str(tmp_path / 'data'))}"]
-    for table, keys in tables.items():
-        lines.append(f"[{table}]")
-        lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
-    path = tmp_path / "dataq.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_tables(tmp_path / "dataq.toml", tmp_path / "data", tables)
 
 
 def make_files(directory: Path) -> list[Record]:

@@ -16,18 +16,13 @@ from typing import Any
 
 import pytest
 
-from dataq.actions import files
+from dataq.actions import files, storing
 from dataq.actions.disk_store import DiskStoreAction
-from dataq.actions.files import (
-    Aborted,
-    CopyMismatch,
-    SourceMismatch,
-    StorageConflict,
-    store,
-    store_sync,
-)
+from dataq.actions.files import CopyMismatch, SourceMismatch, StorageConflict
 from dataq.actions.layout import UnsafePath
 from dataq.actions.registry import load_actions
+from dataq.actions.storing import store, store_sync
+from dataq.checksum import Aborted
 from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
@@ -100,7 +95,9 @@ async def test_copy_that_reads_back_wrong_is_never_published(root: Path, source:
 
     def corrupt_after_fsync(fd: int, offset: int, length: int, advice: int) -> None:
         # A bit flipped on its way to the disk: the data written is not the data that comes back.
-        os.pwrite(fd, b"X", 10)
+        with open(f"/proc/self/fd/{fd}", "r+b") as disk:
+            disk.seek(10)
+            disk.write(b"X")
         real_fadvise(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", corrupt_after_fsync)
@@ -296,26 +293,23 @@ async def test_a_full_filesystem_is_an_outage_of_the_storage_and_leaves_nothing_
         assert (await store(small, str(tiny), "small.fits")).copied
 
 
-async def test_enospc_at_fsync_fails_the_record_and_leaves_nothing_behind(root: Path, source: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # Where a tmpfs cannot be mounted: delayed allocation (NFS, XFS) reports a full disk at fsync, not at write.
+async def test_enospc_reported_by_the_sync_fails_the_record_and_leaves_nothing_behind(
+        root: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where a tmpfs cannot be mounted: delayed allocation (NFS, XFS) reports a full disk at sync, not at write.
     record = make_file(source, "a.fits", DATA)
-    real_fsync = os.fsync
 
     def full_disk(fd: int) -> None:
-        if os.path.isfile(f"/proc/self/fd/{fd}"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real_fsync(fd)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "fsync", full_disk)
-    with pytest.raises(ActionError, match="no space left"):
+    monkeypatch.setattr(storing, "sync_filesystem", full_disk)
+    with pytest.raises(Retryable, match="no space left"):
         await store(record, str(root), "d/a.fits")
-    assert stored_files(root) == []
+    assert stored_files(root) == [] and hidden_leftovers(root) == []
 
 
 CRASH_BEFORE_PUBLISH = """
 import os, signal, sys
-from dataq.actions.files import store_sync
+from dataq.actions.storing import store_sync
 from dataq.record import Record
 
 def crash(*args, **kwargs):
@@ -354,9 +348,9 @@ def test_aborted_copy_stops_and_removes_its_temporary_file(root: Path, source: P
 async def test_cancelled_store_stops_its_thread_and_leaves_no_file(root: Path, source: Path) -> None:
     record = make_file(source, "big.fits", os.urandom(64 * 1024 * 1024))
     finished = threading.Event()
-    outcome: list[BaseException | files.Stored] = []
+    outcome: list[BaseException | storing.Stored] = []
 
-    def run(abort: threading.Event) -> files.Stored:
+    def run(abort: threading.Event) -> storing.Stored:
         try:
             stored = store_sync(record, str(root), "big.fits", abort=abort)
             outcome.append(stored)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from tests.actions_support import (
     fake_ssh,
     make_file,
     md5,
-    rsync_daemon,
 )
 from tests.helpers import action_context
 from tests.push_support import QUEUE, RunningPush, push_settings, start_push
@@ -36,17 +36,6 @@ from tests.push_support import QUEUE, RunningPush, push_settings, start_push
 DATA = b"dome flat " * 5000
 KILLED_WITHIN = 5.0
 """Seconds a cancelled transfer's rsync has to let go of its connection."""
-
-
-@pytest.fixture
-def valley(tmp_path: Path) -> Path:
-    return tmp_path / "valley"
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, valley: Path) -> Iterator[RsyncDaemon]:
-    with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}) as running:
-        yield running
 
 
 @pytest.fixture
@@ -153,12 +142,26 @@ async def test_source_that_does_not_match_its_record_is_never_sent(daemon: Rsync
     assert Path(record.path).exists()
 
 
-async def test_destination_that_does_not_hold_what_was_sent_fails_and_keeps_the_source(
+async def test_with_reread_a_destination_that_does_not_hold_what_was_sent_fails_and_keeps_the_source(
         daemon: RsyncDaemon, valley: Path, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
     liar = corrupting_rsync(tmp_path, valley / "a.fits")
-    action = make_action(tmp_path, destination=daemon.url("valley"), rsync=str(liar), remove_source=True)
+    action = make_action(tmp_path, destination=daemon.url("valley"), rsync=str(liar), remove_source=True,
+                         reread=True)
     with pytest.raises(ActionError, match="destination differs from the source"):
+        await action.run(record)
+    assert Path(record.path).exists()
+
+
+async def test_a_source_changed_while_it_was_sent_fails_the_record_and_keeps_the_source(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path) -> None:
+    # dataq read the source, then it changed before rsync read it: what arrived is not what was checked.
+    record = make_file(source, "a.fits", DATA)
+    meddling = tmp_path / "meddling-rsync"
+    meddling.write_text(f'#!/bin/sh\ntouch "{record.path}"\nexec "{shutil.which("rsync")}" "$@"\n')
+    meddling.chmod(0o755)
+    action = make_action(tmp_path, destination=daemon.url("valley"), rsync=str(meddling), remove_source=True)
+    with pytest.raises(ActionError, match="changed while it was sent"):
         await action.run(record)
     assert Path(record.path).exists()
 

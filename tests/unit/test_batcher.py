@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dataq.actions.archive.batcher import MicroBatcher
+from dataq.actions.batcher import MicroBatcher
 
 NEVER = 3600.0
 """A batch age no test waits for: were a batch not cut otherwise, the test would time out."""
@@ -112,3 +112,59 @@ async def test_drain_cuts_the_pending_batch_without_waiting_for_its_age() -> Non
     await settle()
     await batcher.drain()
     assert await pending == 50
+
+
+async def test_a_batch_due_by_age_while_every_slot_is_busy_gathers_until_one_frees() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=1)
+    first = asyncio.create_task(batcher.submit(1))
+    await settle()
+    assert handler.batches == [[1]], "a free slot: cut at the next turn of the loop"
+    later = [asyncio.create_task(batcher.submit(n)) for n in (2, 3, 4)]
+    await asyncio.sleep(0.05)
+    assert handler.batches == [[1]], "past its age, but no slot is free: it keeps gathering"
+    handler.release.set()
+    assert await asyncio.gather(first, *later) == [10, 20, 30, 40]
+    assert handler.batches == [[1], [2, 3, 4]]
+
+
+async def test_a_batch_is_cut_once_its_items_weigh_max_weight() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.01, weight=lambda item: item, max_weight=10)
+    assert await asyncio.gather(*(batcher.submit(n) for n in (4, 5, 6, 20, 1))) == [40, 50, 60, 200, 10]
+    assert handler.batches == [[4, 5, 6], [20], [1]], "cut on reaching the weight; one heavy item alone"
+
+
+async def test_a_running_batch_whose_callers_all_gave_up_is_cancelled() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=2, age=NEVER)
+    callers = [asyncio.create_task(batcher.submit(n)) for n in (1, 2)]
+    await settle()
+    assert handler.running == 1
+    callers[0].cancel()
+    await settle()
+    assert handler.running == 1, "one caller still waits for the batch"
+    callers[1].cancel()
+    await settle()
+    assert handler.running == 0, "the handler was cancelled with its last caller"
+    await batcher.drain()
+
+
+async def test_close_stops_batches_still_running_after_the_grace_period() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=1, age=NEVER)
+    caller = asyncio.create_task(batcher.submit(1))
+    await settle()
+    assert await batcher.close(0.05) is False
+    assert handler.running == 0
+    assert caller.cancelled() or isinstance(await asyncio.gather(caller, return_exceptions=True)[0],
+                                            asyncio.CancelledError)
+
+
+async def test_close_waits_for_batches_that_finish_within_the_grace_period() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=10, age=NEVER)
+    caller = asyncio.create_task(batcher.submit(3))
+    await settle()
+    assert await batcher.close(5.0) is True
+    assert await caller == 30

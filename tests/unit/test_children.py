@@ -18,7 +18,7 @@ GONE_TIMEOUT = 30.0
 
 PARENT = """
 import asyncio, sys
-from dataq.actions.network_move import run_command
+from dataq.actions.rsync import run_command
 
 async def main():
     asyncio.create_task(run_command(["sleep", "600"]))

@@ -1,0 +1,261 @@
+"""File moves through ``dataq pop`` against the plain tools on the same files, in one run, as ratios.
+
+What is measured, per scenario and round: a fresh directory of files with random content (``--small`` files of
+20 KB, ``--large`` files of 30 MB) and their md5 records; the plain tool on them, timed; then ``dataq pop`` (a
+subprocess, ``--concurrency``, log level warning) on a queue pre-filled with those records, timed from the moment
+its ``action`` flag goes on until the queue's ``done`` counter reaches the count. The ratio is tool time /
+dataq time (1.0: as fast as the tool). Plain tools:
+
+* ``network_move`` (verify on, layout ``{name}``) to an ``rsync --daemon`` on loopback: one
+  ``rsync -a --checksum SRC/ rsync://.../module/plain/`` of the same directory;
+* ``disk_store`` (verify on, default layout) into a directory of the same filesystem: ``cp -r SRC DEST``
+  then ``sync``.
+
+Rounds alternate which goes first, each after a ``sync``; the table gives medians. After each dataq run every
+file is checked at its destination (md5) and no record may be inactive. The ``ceiling`` column is the ratio
+dataq would reach if it did the plain tool's work plus the md5 it must compute and nothing else, spread over all
+CPUs: tool / (tool + k * md5sum / CPUs), with ``md5sum`` of the same files timed in the same round and k the md5
+passes a record needs (1 for ``network_move``: its source; 2 for ``disk_store`` with verify: the copy, then the
+copy read back from disk).
+
+A private redis-server (``appendfsync always``) in a temporary directory holds the queue. Run it:
+``.venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.record import Record
+from dataq.store import Flag, QueueStore
+
+SMALL_BYTES = 20_000
+LARGE_BYTES = 30_000_000
+PUSHED_AT = 1404777600.0
+POLL = 0.005
+STARTUP_TIMEOUT = 30.0
+RUN_TIMEOUT = 600.0
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class Scenario:
+    action: str
+    label: str
+    count: int
+    size: int
+    tool: list[float]
+    dataq: list[float]
+    md5sum: list[float]
+
+    def row(self) -> str:
+        tool, dataq, md5sum = (statistics.median(values) for values in (self.tool, self.dataq, self.md5sum))
+        passes = 2 if self.action == "disk_store" else 1  # disk_store's verify hashes the copy read back too
+        ceiling = tool / (tool + passes * md5sum / (os.cpu_count() or 1))
+        megabytes = self.count * self.size / 1e6
+        return (f"| {self.action} | {self.label} | {self.count:,} | {megabytes:,.0f} | {tool:.2f} | {dataq:.2f} | "
+                f"**{tool / dataq:.2f}** | {ceiling:.2f} | {self.count / dataq:,.0f} | {megabytes / dataq:,.0f} |")
+
+
+def make_files(directory: Path, count: int, size: int) -> list[Record]:
+    directory.mkdir(parents=True)
+    records = []
+    for n in range(count):
+        data = os.urandom(size)
+        path = directory / f"f{n:06d}.fits"
+        path.write_bytes(data)
+        records.append(Record(path=str(path), checksum=hashlib.md5(data).hexdigest(), size=size, pushed_at=PUSHED_AT))
+    return records
+
+
+def timed(*commands: list[str]) -> float:
+    started = time.perf_counter()
+    for command in commands:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+class RsyncDaemon:
+    """``rsync --daemon`` in the foreground on a free loopback port, one writable module."""
+
+    def __init__(self, workdir: Path, module: Path) -> None:
+        workdir.mkdir(parents=True)
+        module.mkdir(parents=True)
+        config = workdir / "rsyncd.conf"
+        config.write_text(f"pid file = {workdir / 'pid'}\nuse chroot = no\nuid = {os.getuid()}\n"
+                          f"gid = {os.getgid()}\nnumeric ids = yes\n[m]\n    path = {module}\n    read only = no\n")
+        self.port = free_port()
+        self.process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={config}",
+                                         f"--port={self.port}", f"--address={LOOPBACK}"])
+        time.sleep(0.3)
+
+    def url(self, path: str) -> str:
+        return f"rsync://{LOOPBACK}:{self.port}/m/{path}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def write_config(work: Path, url: str, queue: str, action: str, options: dict[str, str]) -> Path:
+    table = "".join(f'{key} = "{value}"\n' for key, value in options.items())
+    path = work / f"{queue}.toml"
+    path.write_text(f'data_dir = "{work / "data"}"\n[redis]\nurl = "{url}"\n[log]\ndir = "{work / "log"}"\n'
+                    f'level = "warning"\nformat = "json"\n[metrics]\nenabled = false\n'
+                    f'[queues.{queue}]\nactions = ["{action}"]\n[queues.{queue}.{action}]\n{table}')
+    return path
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        await asyncio.sleep(POLL)
+
+
+async def through_dataq(url: str, work: Path, queue: str, action: str, options: dict[str, str],
+                        records: list[Record], concurrency: int) -> float:
+    store = QueueStore.from_url(url, queue)
+    try:
+        await store.set_flag(Flag.ACTION, False)
+        for start in range(0, len(records), 1000):
+            await store.push_batch(records[start:start + 1000], source="bench")
+        config = write_config(work, url, queue, action, options)
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from dataq.cli.main import main; main()", "pop", "--config", str(config),
+            "--concurrency", str(concurrency), stdout=subprocess.DEVNULL)
+        try:
+            async def up() -> bool:
+                if child.returncode is not None:
+                    raise SystemExit(f"the pop daemon exited early with {child.returncode}")
+                return len(await store.workers()) == 1
+
+            await wait_for(up, STARTUP_TIMEOUT, "the pop daemon to start")
+            started = time.perf_counter()
+            await store.set_flag(Flag.ACTION, True)
+
+            async def drained() -> bool:
+                counters = await store.counters()
+                if counters.get("inactive", 0) or (await store.summary()).inactive:
+                    raise SystemExit(f"{action}: records failed: {await store.summary()}")
+                return counters.get("done", 0) >= len(records)
+
+            await wait_for(drained, RUN_TIMEOUT, f"{action} to finish")
+            return time.perf_counter() - started
+        finally:
+            child.terminate()
+            await asyncio.wait_for(child.wait(), 30)
+    finally:
+        await store.close()
+
+
+def check_arrived(records: list[Record], where: Path, by_checksum: bool) -> None:
+    found = {path.name: path for path in where.rglob("*") if path.is_file()}
+    for record in records:
+        path = found.get(record.checksum if by_checksum else os.path.basename(record.path))
+        if path is None or hashlib.md5(path.read_bytes()).hexdigest() != record.checksum:
+            raise SystemExit(f"{record.path} did not arrive intact under {where}")
+
+
+async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, round_no: int) -> None:
+    records = make_files(work / "src", scenario.count, scenario.size)
+    scenario.md5sum.append(await asyncio.to_thread(timed, ["md5sum", *(record.path for record in records)]))
+    queue = f"{scenario.action}{round_no}{scenario.size}"
+    if scenario.action == "network_move":
+        daemon = RsyncDaemon(work / "rsyncd", work / "module")
+        try:
+            def tool() -> float:
+                return timed(["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("plain/")])
+
+            async def dataq() -> float:
+                return await through_dataq(url, work, queue, "network_move", {"destination": daemon.url("dq")},
+                                           records, concurrency)
+
+            await _both(scenario, tool, dataq, round_no)
+        finally:
+            daemon.stop()
+        check_arrived(records, work / "module" / "dq", by_checksum=False)
+    else:
+        (work / "store").mkdir()
+
+        def tool() -> float:
+            return timed(["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"])
+
+        async def dataq() -> float:
+            return await through_dataq(url, work, queue, "disk_store", {"root": str(work / "store")}, records,
+                                       concurrency)
+
+        await _both(scenario, tool, dataq, round_no)
+        check_arrived(records, work / "store", by_checksum=True)
+
+
+async def _both(scenario: Scenario, tool: Callable[[], float], dataq: Callable[[], Awaitable[float]],
+                round_no: int) -> None:
+    # Each starts with no dirty pages: the first one's writes, still in the page cache, would otherwise throttle
+    # the second one's (rsync's receiver writes without syncing).
+    for first in ((dataq, tool) if round_no % 2 else (tool, dataq)):
+        await asyncio.to_thread(timed, ["sync"])
+        if first is dataq:
+            scenario.dataq.append(await dataq())
+        else:
+            scenario.tool.append(await asyncio.to_thread(tool))
+
+
+def version_of_rsync() -> str:
+    return subprocess.run(["rsync", "--version"], check=True, capture_output=True, text=True).stdout.split("\n")[0]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 300 small files, 4 large")
+    parser.add_argument("--only", choices=("network_move", "disk_store"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--small", type=int, default=1000)
+    parser.add_argument("--large", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=256)
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.small, args.large = 1, 300, 4
+    actions = [args.only] if args.only else ["network_move", "disk_store"]
+    scenarios = [Scenario(action, label, count, size, [], [], [])
+                 for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
+                                                                  ("large files", args.large, LARGE_BYTES))]
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="dataq-bench-move-", dir=os.environ.get("BENCH_DIR")) as temp, \
+            EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as server:
+        for round_no in range(args.rounds):
+            for scenario in scenarios:
+                work = Path(temp) / f"{scenario.action}-{scenario.size}-{round_no}"
+                work.mkdir()
+                await one_round(scenario, work, server.url, args.concurrency, round_no)
+                shutil.rmtree(work)
+    rsync_version = await asyncio.to_thread(version_of_rsync)
+    print(f"dataq move benchmark: {args.rounds} round(s), medians; pop concurrency {args.concurrency}; "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
+    print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    print()
+    print("| action | files | count | MB | plain tool s | dataq s | ratio | ceiling | dataq files/s | dataq MB/s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for scenario in scenarios:
+        print(scenario.row())
+    print()
+    print("rerun: .venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N]")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

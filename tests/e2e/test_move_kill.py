@@ -1,0 +1,86 @@
+"""A ``dataq pop`` killed (SIGKILL) in the middle of a batch transfer loses nothing: its rsync dies with it, its
+records are taken back from the dead worker, and only the batches it was sending are sent again."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from dataq.actions.rsync import WORK_PREFIX
+from dataq.store import QueueStore
+from tests.actions_support import RsyncDaemon, make_file, md5, recording_rsync, rsync_daemon
+from tests.pop_support import PopProcess, counter, processes, wait_for_value, wait_until, write_tables
+
+FILES = 48
+FILE_BYTES = 128 * 1024
+BATCH = 8
+BANDWIDTH_KB = 1024
+"""rsync's --bwlimit (KB/s): a batch of 1 MB takes about a second, long enough to be killed in its middle."""
+QUEUE = "transfer"
+DONE_TIMEOUT = 90.0
+
+
+def write_config(tmp_path: Path, redis_url: str, daemon: RsyncDaemon, rsync: Path) -> Path:
+    tables: dict[str, dict[str, object]] = {
+        "redis": {"url": redis_url, "socket_timeout": 2.0},
+        "log": {"dir": str(tmp_path / "log"), "format": "json"},
+        "pop": {"concurrency": 2 * BATCH, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.5, "sweep_interval": 0.2,
+                "grace_period": 5.0},
+        f"queues.{QUEUE}": {"actions": ["network_move"]},
+        f"queues.{QUEUE}.network_move": {"destination": daemon.url("valley"), "rsync": str(rsync),
+                                         "extra_args": [f"--bwlimit={BANDWIDTH_KB}"], "batch_size": BATCH},
+    }
+    return write_tables(tmp_path / "dataq.toml", tmp_path / "data", tables)
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_its_batches(
+        redis_url: str, tmp_path: Path) -> None:
+    records = [make_file(tmp_path / "mountain", f"f{n:03}.fits", os.urandom(FILE_BYTES)) for n in range(FILES)]
+    valley = tmp_path / "valley"
+    program, calls = recording_rsync(tmp_path)
+    store = QueueStore.from_url(redis_url, QUEUE)
+    try:
+        with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}) as daemon, processes() as started:
+            config = write_config(tmp_path, redis_url, daemon, program)
+            await store.push_batch(records, source="test")
+            first = PopProcess(config)
+            started.append(first)
+            await wait_until(lambda: asyncio.sleep(0, result=bool(daemon.received())), timeout=30.0,
+                             what="the first file of a batch to arrive")
+            first.kill()
+            before = set(daemon.received())
+            assert len(before) < FILES, "killed in the middle, not at the end"
+
+            started_rsyncs = [int(line.split()[0]) for line in calls.read_text().splitlines()]
+            await wait_until(lambda: asyncio.sleep(0, result=not any(map(running, started_rsyncs))),
+                             timeout=10.0, what="the killed daemon's rsync processes to die with it")
+
+            left = glob.glob(os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{first.pid}-*"))
+            assert left, "the killed daemon left the work directory of its batch"
+            second = PopProcess(config)
+            started.append(second)
+            await wait_for_value(lambda: counter(store, "done"), FILES, timeout=DONE_TIMEOUT,
+                                 what="every record done")
+            assert not any(map(os.path.exists, left)), "the next daemon removes what the killed one left"
+            summary = await store.summary()
+            assert (summary.active, summary.inactive, summary.in_flight) == (0, 0, 0)
+            received = Counter(daemon.received())
+        for record in records:
+            assert md5((valley / Path(record.path).name).read_bytes()) == record.checksum
+        again = [name for name, times in received.items() if times > 1]
+        assert max(received.values()) <= 2
+        assert len(again) <= 2 * BATCH, "at most the batches in flight at the kill are sent again"
+    finally:
+        await store.close()
