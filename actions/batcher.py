@@ -17,7 +17,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 BATCHES_IN_FLIGHT = 2
-"""Batches of one action handled at once: one is prepared (files read, hashed) while the other is sent or synced."""
+"""Batches of one action handled at once: one is prepared (files read and hashed, copied into the archive) while
+the other is sent, synced or waits for the catalog lease."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

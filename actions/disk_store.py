@@ -89,6 +89,10 @@ class DiskStoreAction(Action[DiskStoreOptions]):
     name = "disk_store"
     Options = DiskStoreOptions
 
+    def __init__(self, options: DiskStoreOptions, context: ActionContext) -> None:
+        super().__init__(options, context)
+        self._batcher = options.batcher(self._store_batch, lambda item: item[0].size)
+
     async def start(self) -> None:
         # A missing root is an operator's mistake to report at start-up, not once per record.
         if not await asyncio.to_thread(os.path.isdir, self.options.root):
@@ -96,10 +100,6 @@ class DiskStoreAction(Action[DiskStoreOptions]):
 
     def destination(self, record: Record) -> str | None:
         return self.options.root
-
-    def __init__(self, options: DiskStoreOptions, context: ActionContext) -> None:
-        super().__init__(options, context)
-        self._batcher = options.batcher(self._store_batch, lambda item: item[0].size)
 
     async def run(self, record: Record) -> None:
         options = self.options

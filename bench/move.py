@@ -39,6 +39,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.pop import RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
 from dataq.embedded.redis_server import EmbeddedRedis, free_port
 from dataq.record import Record
 from dataq.store import Flag, QueueStore
@@ -46,9 +49,6 @@ from dataq.store import Flag, QueueStore
 SMALL_BYTES = 20_000
 LARGE_BYTES = 30_000_000
 PUSHED_AT = 1404777600.0
-POLL = 0.005
-STARTUP_TIMEOUT = 30.0
-RUN_TIMEOUT = 600.0
 LOOPBACK = "127.0.0.1"
 
 
@@ -118,14 +118,6 @@ def write_config(work: Path, url: str, queue: str, action: str, options: dict[st
                     f'level = "warning"\nformat = "json"\n[metrics]\nenabled = false\n'
                     f'[queues.{queue}]\nactions = ["{action}"]\n[queues.{queue}.{action}]\n{table}')
     return path
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        await asyncio.sleep(POLL)
 
 
 async def through_dataq(url: str, work: Path, queue: str, action: str, options: dict[str, str],

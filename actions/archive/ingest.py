@@ -1,7 +1,7 @@
 """``archive_ingest``: register data files (FITS or not) in the archive, in micro-batches run as Spark jobs.
 
 The pop daemon calls :meth:`ArchiveIngestAction.run` once per record, many at once; a micro-batcher
-(:mod:`.batcher`) gathers those calls into a batch (cut at ``batch_size`` records or ``batch_age`` seconds after
+(:mod:`..batcher`) gathers those calls into a batch (cut at ``batch_size`` records or ``batch_age`` seconds after
 its first) and the batch becomes one Spark job (:mod:`.job`): executors verify each file's size and checksum,
 copy it into the content-addressed store ``<archive_root>/ab/cd/abcd...`` and read its FITS header; the driver
 appends one catalog row per new checksum (:mod:`.catalog`). Every ``run`` still gets its own outcome: one bad
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataq.actions.base import Action, ActionContext
-from dataq.actions.batcher import MicroBatcher
+from dataq.actions.batcher import BATCHES_IN_FLIGHT, MicroBatcher
 from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -59,8 +59,6 @@ CATALOG_DIR = "catalog"
 LEASE_NAME = "archive-catalog"
 MIN_JAVA_MAJOR = 17
 JAVA_VERSION_TIMEOUT = 30.0
-MAX_BATCHES_IN_FLIGHT = 2
-"""Batches at once: the next one is verified and copied while the previous one waits for (or holds) the lease."""
 CLOSE_DRAIN_TIMEOUT = 60.0
 """Seconds :meth:`ArchiveIngestAction.close` waits for running batches before it stops Spark under them."""
 ERROR_MAX_CHARS = 500
@@ -212,7 +210,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
     def __init__(self, options: ArchiveIngestOptions, context: ActionContext) -> None:
         super().__init__(options, context)
         self._batcher: MicroBatcher[Record, ActionError | None] = MicroBatcher(
-            self._ingest, size=options.batch_size, age=options.batch_age, in_flight=MAX_BATCHES_IN_FLIGHT)
+            self._ingest, size=options.batch_size, age=options.batch_age, in_flight=BATCHES_IN_FLIGHT)
         self._job: IngestJob | None = None
         self._job_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
