@@ -303,9 +303,9 @@ class Renderer:
             return
         per_minute = ", ".join(f"{value:.1f} {kind}" for kind, value in rates.per_minute.items())
         span = (
-            f"over the last {rates.window:.0f} s"
+            f"over the last {rates.covered:.0f} s"
             if rates.complete
-            else f"over the last {rates.covered:.1f} s only: older events were trimmed from the stream"
+            else f"over the last {rates.covered:.1f} s only: counting began then"
         )
         lines = [
             f"Queue {summary.queue}",

@@ -28,6 +28,12 @@ key                    type    what it holds                                    
                                deactivated, waiting (records put back for an unreachable
                                destination), ... (for metrics and rates); replica_retries
                                (writes that re-confirm an unconfirmed one, min_replicas)
+``rates``              hash    a ring of counts per 10-second bucket over the last hour      scripts
+                               (``lua/lib/rates.lua``): ``t:<slot>`` the bucket a slot      (``count_rate``);
+                               counts (server time // 10), ``<kind>:<slot>`` its count of    bounded: 360
+                               pushed, duplicate, done or failed records, ``since`` the     slots, each
+                               server time counting began. What --summary and the rate      reused after an
+                               plots read, in one HMGET, instead of the event stream.       hour
 ``events``             stream  one entry per event: ``k`` kind, ``id``, ``d`` detail;        scripts; trimmed
                                a push writes one ``pushed`` entry per batch, its ids        by length and age
                                joined by newlines. Trimmed to a configured number of
@@ -105,6 +111,10 @@ class QueueKeys:
     @property
     def counters(self) -> str:
         return self._key("counters")
+
+    @property
+    def rates(self) -> str:
+        return self._key("rates")
 
     @property
     def events(self) -> str:

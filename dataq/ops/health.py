@@ -3,21 +3,17 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dataq.store import QueueStore, ReplicationStatus, Summary, Worker
 
 RATE_WINDOW = 60.0
-"""Seconds of events the rates count."""
+"""Seconds the rates are counted over."""
 RATE_KINDS = ("pushed", "done", "failed")
-RATE_CHUNK = 10_000
-"""Events read per round trip when counting rates."""
+"""What --summary reports a rate of."""
 REPLICA_LAG_WARNING = 10
 """Seconds without an acknowledgement from a replica after which it counts as falling behind."""
-RATE_EVENT_CAP = 500_000
-"""Most events read for the rates; past it, the rates cover only the part of the window read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,17 +29,16 @@ class Health:
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Events per minute of the kinds --summary reports, and how much of the window the stream covered."""
+    """Records per minute of the kinds --summary reports, over the last minute of the rates ring."""
 
     per_minute: Mapping[str, float]
     window: float
     """Seconds asked for."""
     covered: float
-    """Seconds the counted events actually span (less than ``window`` when the stream was trimmed or capped)."""
-
-    @property
-    def complete(self) -> bool:
-        return self.covered >= self.window
+    """Seconds the counts span: the whole 10-second buckets of the window and the current one so far (a little
+    under ``window``), or less when the ring began counting within the window."""
+    complete: bool
+    """Whether the ring counted every record of the span (False for a queue older than its ring, at first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,34 +110,9 @@ async def check_health(store: QueueStore) -> Health:
     return Health(True, f"Redis answers; {alive} {daemons} alive for queue {store.queue}", alive, registered)
 
 
-async def rates(store: QueueStore, now: float | None = None) -> Rates:
-    """Pushed, done and failed events per minute over the last :data:`RATE_WINDOW` seconds.
-
-    Reads only the window's events (at most :data:`RATE_EVENT_CAP`). The stream is trimmed by length and age,
-    so when its oldest event is younger than the window and older ones were dropped, the rates cover only what
-    is left, and say so.
-    """
-    end = time.time() if now is None else now
-    start = end - RATE_WINDOW
-    covered_from, covered_to = start, end
-    stream = await store.event_stream_info()
-    if stream.first is not None and stream.first.time > start and stream.trimmed is not False:
-        # Events older than the oldest one kept were dropped, and some of them may have been in the window.
-        covered_from = stream.first.time
-    counts = dict.fromkeys(RATE_KINDS, 0)
-    last_id, read = f"{int(start * 1000)}-0", 0
-    while True:
-        batch = await store.events_after(last_id, count=RATE_CHUNK)
-        for event in batch:
-            if event.kind in counts:
-                counts[event.kind] += 1
-        read += len(batch)
-        if len(batch) < RATE_CHUNK:
-            break
-        last_id = batch[-1].event_id
-        if read >= RATE_EVENT_CAP:
-            covered_to = batch[-1].time
-            break
-    covered = max(covered_to - covered_from, 0.0)
-    per_minute = {kind: (n * 60.0 / covered if covered > 0 else 0.0) for kind, n in counts.items()}
-    return Rates(per_minute, RATE_WINDOW, min(covered, RATE_WINDOW))
+async def rates(store: QueueStore, window: float = RATE_WINDOW) -> Rates:
+    """Pushed, done and failed records per minute over the last ``window`` seconds, from the rates ring: a
+    read that costs the same whatever the traffic."""
+    counts, covered, complete = (await store.rate_history(window)).totals(window)
+    per_minute = {kind: (counts[kind] * 60.0 / covered if covered > 0 else 0.0) for kind in RATE_KINDS}
+    return Rates(per_minute, window, covered, complete)

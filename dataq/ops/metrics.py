@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
+from dataq.ops.health import Rates, rates
 from dataq.store import QueueStore
 from dataq.store.types import Summary
 
@@ -58,6 +59,7 @@ QUEUE_LENGTH = "dataq_queue_length"
 FLAG = "dataq_flag"
 WORKERS = "dataq_workers"
 QUEUE_EVENTS = "dataq_queue_events_total"
+QUEUE_RATE = "dataq_queue_rate_per_minute"
 
 ROLES = ("push", "pop")
 QUEUE_LISTS = ("active", "inactive", "delayed", "in_flight", "tracked")
@@ -117,6 +119,7 @@ class DaemonMetrics:
         self._claim_latency = Buckets(WAIT_BUCKETS)
         self._action_durations: dict[str, Buckets] = {}
         self._summary: Summary | None = None
+        self._rates: Rates | None = None
         self._redis_up = False
         self._unreachable: dict[str, bool] = {}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -146,16 +149,18 @@ class DaemonMetrics:
         and the gauges keep their last values)."""
         try:
             summary = await store.summary()
+            recent = await rates(store)
         except StoreUnavailable as exc:
             self._redis_up = False
             log.debug("queue gauges not refreshed: redis unavailable", error=str(exc))
             return str(exc)
-        self.set_summary(summary)
+        self.set_summary(summary, recent)
         return None
 
-    def set_summary(self, summary: Summary) -> None:
-        """Cache the queue's state as read from Redis (which is therefore up)."""
-        self._summary, self._redis_up = summary, True
+    def set_summary(self, summary: Summary, recent: Rates | None = None) -> None:
+        """Cache the queue's state and its rates over the last minute as read from Redis (which is therefore
+        up)."""
+        self._summary, self._rates, self._redis_up = summary, recent, True
 
     # --- what a scrape reads -----------------------------------------------------------------------------
 
@@ -202,6 +207,13 @@ class DaemonMetrics:
         for event, count in sorted(summary.counters.items()):
             events.add_metric([q, event], count)
         yield events
+        if self._rates is not None:
+            per_minute = GaugeMetricFamily(QUEUE_RATE, "Records per minute over the last minute (all daemons), "
+                                           "from the queue's rates ring: kind pushed, done or failed.",
+                                           labels=["queue", "kind"])
+            for kind, value in self._rates.per_minute.items():
+                per_minute.add_metric([q, kind], value)
+            yield per_minute
 
 
 def _one(family: Any, labels: list[str], value: float) -> Metric:

@@ -11,6 +11,7 @@ from dataq.store.connection import client_options, connect
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.lifecycle import LifecycleOps
+from dataq.store.rates import RATE_KINDS, RateBucket, RateHistory, RateOps
 from dataq.store.replication import (
     SENTINEL_SCHEME,
     Replication,
@@ -40,7 +41,7 @@ from dataq.store.types import (
 )
 
 
-class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps):
+class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
@@ -86,6 +87,7 @@ def redis_address(settings: Settings) -> str | None:
 
 __all__ = [
     "NOTICE_WORK",
+    "RATE_KINDS",
     "Claim",
     "ClaimStatus",
     "Event",
@@ -95,6 +97,8 @@ __all__ = [
     "PushResult",
     "QueueList",
     "QueueStore",
+    "RateBucket",
+    "RateHistory",
     "Reclaimed",
     "RecordState",
     "RecordView",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions as rexc
@@ -20,17 +19,6 @@ ACTIVATE_ALL_CHUNK = 10_000
 
 LIST_CHUNK = 1_000
 """Records read per round trip when streaming a list."""
-
-
-@dataclass(frozen=True, slots=True)
-class EventStreamInfo:
-    """How much history a queue's event stream holds (for rates that must say when they are partial)."""
-
-    length: int
-    first: Event | None
-    """The oldest event still kept (None when the stream is empty)."""
-    trimmed: bool | None
-    """Whether older events were trimmed away; None when the server cannot tell (Redis before 7.0)."""
 
 
 class AdminOps(StoreBase):
@@ -321,18 +309,3 @@ class AdminOps(StoreBase):
             # Managed servers often rename or forbid CONFIG; the rest of the report still stands.
             result["appendfsync"] = None
         return result
-
-    @translated
-    async def event_stream_info(self) -> EventStreamInfo:
-        """The event stream's length, oldest event, and whether trimming has dropped any event."""
-        if not await self.r.exists(self.keys.events):
-            return EventStreamInfo(0, None, False)
-        info: dict[str, Any] = await self.r.xinfo_stream(self.keys.events)
-        first = info.get("first-entry")
-        added = info.get("entries-added")
-        length = int(info["length"])
-        return EventStreamInfo(
-            length=length,
-            first=self._events(first[0], first[1])[0] if first else None,
-            trimmed=None if added is None else int(added) > length,
-        )

@@ -41,6 +41,8 @@ SCRIPT_NAMES = (
     "set_flag",
     "heartbeat",
 )
+SCRIPT_LIBRARIES = ("rates",)
+"""The files of ``lua/lib/`` put before every script, in this order."""
 _RANGE_ERROR_PREFIX = "DQRANGE "
 
 P = ParamSpec("P")
@@ -115,10 +117,17 @@ def server_pid(url: str, timeout: float) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+def script_source(name: str) -> str:
+    """The text Redis runs for script ``name``: the libraries of ``lua/lib/`` (functions the scripts share; Redis
+    has no include), then the script itself."""
+    package = resources.files("dataq.store") / "lua"
+    libraries = [(package / "lib" / f"{library}.lua").read_text() for library in SCRIPT_LIBRARIES]
+    return "\n".join([*libraries, (package / f"{name}.lua").read_text()])
+
+
 def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
     """Register every Lua script with the client (redis-py sends each by SHA, loading it on first use)."""
-    package = resources.files("dataq.store") / "lua"
-    return {name: client.register_script((package / f"{name}.lua").read_text()) for name in SCRIPT_NAMES}
+    return {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
 
 
 def translate(exc: Exception) -> Exception:

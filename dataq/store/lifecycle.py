@@ -67,8 +67,8 @@ class LifecycleOps(StoreBase):
         ids = "\n".join([record.checksum for record, _ in items])
         values = "\n".join(encode_stored(items, pushed_at))
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values]
-        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters], args, replicated=True,
-                                   on_written=on_written)
+        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates], args,
+                                   replicated=True, on_written=on_written)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
 
@@ -114,6 +114,7 @@ class LifecycleOps(StoreBase):
                 k.crashes,
                 k.events,
                 k.counters,
+                k.rates,
             ],
             args,
             replicated=True,
@@ -150,6 +151,7 @@ class LifecycleOps(StoreBase):
                 k.lasterror,
                 k.events,
                 k.counters,
+                k.rates,
             ],
             args,
             replicated=True,

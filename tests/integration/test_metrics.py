@@ -119,6 +119,10 @@ async def test_scraped_counters_and_queue_gauges_match_what_was_done(store: Queu
     assert sample(after, "dataq_flag", flag="read", **q) == 1
     assert sample(after, "dataq_flag", flag="action", **q) == 1
     assert sample(after, "dataq_workers", **q) == 1
+    # Rates over the last minute, from the rates ring: the current 10-second bucket and the five before it.
+    assert 10 <= sample(after, "dataq_queue_rate_per_minute", kind="pushed", **q) <= 12
+    assert 3 <= sample(after, "dataq_queue_rate_per_minute", kind="done", **q) <= 3.6
+    assert 2 <= sample(after, "dataq_queue_rate_per_minute", kind="failed", **q) <= 2.4
 
 
 async def test_a_flag_switched_off_shows_after_the_next_refresh(store: QueueStore, served: Served) -> None:

@@ -6,6 +6,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dataq.ops.health import Rates
 from dataq.ops.metrics import DaemonMetrics
 from dataq.store.types import Summary
 
@@ -72,6 +73,19 @@ def test_queue_gauges_appear_once_the_cache_holds_a_summary() -> None:
     assert after["dataq_flag", frozenset({q, ("flag", "read")})] == 1
     assert after["dataq_workers", frozenset({q})] == 2
     assert after["dataq_queue_events_total", frozenset({q, ("event", "pushed")})] == 12
+    assert not any(name == "dataq_queue_rate_per_minute" for name, _ in after)  # no rates read yet
+
+
+def test_the_rates_of_the_last_minute_are_a_gauge_per_kind() -> None:
+    metrics = DaemonMetrics("transfer", "push", dict)
+    metrics.set_summary(Summary("transfer", active=0, inactive=0, delayed=0, in_flight=0, tracked=0, action=True,
+                                read=True, workers=1, counters={}),
+                        Rates({"pushed": 600.0, "done": 540.5, "failed": 0.0}, 60.0, 55.0, True))
+    got = samples(metrics)
+    q = ("queue", "transfer")
+    assert got["dataq_queue_rate_per_minute", frozenset({q, ("kind", "pushed")})] == 600.0
+    assert got["dataq_queue_rate_per_minute", frozenset({q, ("kind", "done")})] == 540.5
+    assert got["dataq_queue_rate_per_minute", frozenset({q, ("kind", "failed")})] == 0.0
 
 
 def test_an_unreachable_destination_is_1_while_it_lasts_and_0_once_it_is_back() -> None:

@@ -3,12 +3,13 @@
 -- belongs to someone else: it is left alone and reported as not owned.
 -- KEYS[1] processing list of the worker   KEYS[2] records hash   KEYS[3] errors hash   KEYS[4] lasterror hash
 -- KEYS[5] crashes hash                    KEYS[6] events stream KEYS[7] counters hash
+-- KEYS[8] rates ring (lib/rates.lua)
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] the record ids, joined by newlines      ARGV[3] an event detail per id (e.g. the run time), joined by
 -- newlines (two arguments instead of two per record: the client packs each argument on its own, at a cost)
 -- return: status string with one char per record, '1' acknowledged or '0' not owned
-local processing, records, errors, lasterror, crashes, events, counters =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local processing, records, errors, lasterror, crashes, events, counters, rates =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local maxlen = tonumber(ARGV[1])
 local details = {}
 for detail in string.gmatch(ARGV[3] .. '\n', '([^\n]*)\n') do details[#details + 1] = detail end
@@ -35,5 +36,5 @@ for first = 1, #done, 1000 do
 end
 -- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
 if maxlen > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
-redis.call('HINCRBY', counters, 'done', #done)
+tally(counters, rates, 'done', #done)
 return table.concat(status)

@@ -4,12 +4,13 @@
 -- min(max delay, first delay * backoff ^ (n - 1)), times the record's jitter factor.
 -- KEYS[1] processing list of the worker   KEYS[2] active list      KEYS[3] inactive list   KEYS[4] delayed zset
 -- KEYS[5] errors hash                     KEYS[6] lasterror hash   KEYS[7] events stream   KEYS[8] counters hash
+-- KEYS[9] rates ring (lib/rates.lua)
 -- ARGV[1] events max length (0 = keep no events)   ARGV[2] max_errors   ARGV[3] now in ms
 -- ARGV[4] first retry delay in ms (0 = retry at once)   ARGV[5] backoff factor   ARGV[6] longest delay in ms
 -- ARGV[7], ARGV[8], ARGV[9], ... triples: record id, error message, jitter factor (0 < factor <= 1)
 -- return: status string, one char per record: 'r' retried, 'd' delayed, 'i' inactive, '-' not owned
-local processing, active, inactive, delayed, errors, lasterror, events, counters =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local processing, active, inactive, delayed, errors, lasterror, events, counters, rates =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local maxlen, max_errors, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first_delay, backoff, max_delay = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local status = {}
@@ -44,6 +45,6 @@ for i = 7, #ARGV, 3 do
     status[#status + 1] = '-'
   end
 end
-if failed > 0 then redis.call('HINCRBY', counters, 'failed', failed) end
+tally(counters, rates, 'failed', failed)
 if deactivated > 0 then redis.call('HINCRBY', counters, 'deactivated', deactivated) end
 return table.concat(status)

@@ -6,6 +6,7 @@
 -- finished: such a record is untracked again, but its 'pushed' event since the first attempt is still in the
 -- stream. Only retries pay for that scan; first attempts never read the stream.
 -- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
+-- KEYS[5] rates ring (lib/rates.lua)
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
@@ -15,7 +16,7 @@
 --         nor a stored value holds a newline). Every value of one call carries the same push time.
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
-local records, active, events, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local maxlen = tonumber(ARGV[1])
 -- The push time (µs) inside a stored value; with the id it names one write exactly.
 local function push_time(value) return string.match(value, '^[^%z]*%z[^%z]*%z([^%z]*)') or '' end
@@ -103,8 +104,8 @@ end
 -- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
 if maxlen > 0 and count > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
 if fresh_count > 0 then
-  redis.call('HINCRBY', counters, 'pushed', fresh_count)
+  tally(counters, rates, 'pushed', fresh_count)
   redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
-if duplicates > 0 then redis.call('HINCRBY', counters, 'duplicate', duplicates) end
+tally(counters, rates, 'duplicate', duplicates)
 return { table.concat(status), redis.call('LLEN', active) }

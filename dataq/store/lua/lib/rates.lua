@@ -1,0 +1,39 @@
+-- lib/rates.lua: tally(), which the store puts before every script (see load_scripts in
+-- dataq/store/connection.py), so that every script counts the records it moves in one way.
+-- tally(counters, rates, kind, n) adds n to the queue's monotonic total of ``kind`` (the counters hash) and to
+-- the current 10-second bucket of its rates ring (dq:{NAME}:rates, documented in dataq/keys.py): field
+-- 't:<slot>' holds the bucket (server time // RATE_BUCKET_SECONDS) the slot counts, '<kind>:<slot>' its count,
+-- 'since' the server time the ring began counting (0: with the queue itself, so nothing before it is missing).
+-- 360 slots of 10 s keep an hour; a slot is emptied when a new bucket takes it. Reading the last minute is one
+-- HMGET of a few dozen fields, whatever the traffic: the operator's --summary never reads the event stream.
+-- counters, rates: keys (KEYS entries of the calling script)   kind: one of RATE_KINDS   n: records (nothing
+-- is written for n <= 0)
+-- return: nothing
+local RATE_BUCKET_SECONDS, RATE_SLOTS = 10, 360
+local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed' }
+local function tally(counters, rates, kind, n)
+  if n <= 0 then return end
+  redis.call('HINCRBY', counters, kind, n)
+  -- The server's clock, not the caller's: every daemon's counts land in the buckets of one clock.
+  local now = tonumber(redis.call('TIME')[1])
+  local bucket = math.floor(now / RATE_BUCKET_SECONDS)
+  local slot = bucket % RATE_SLOTS
+  local stamp = 't:' .. slot
+  if tonumber(redis.call('HGET', rates, stamp)) ~= bucket then
+    -- The slot still counts a bucket an hour old or more (or none yet): start it afresh.
+    local stale = {}
+    for i, name in ipairs(RATE_KINDS) do stale[i] = name .. ':' .. slot end
+    redis.call('HDEL', rates, unpack(stale))
+    redis.call('HSET', rates, stamp, bucket)
+    if redis.call('HEXISTS', rates, 'since') == 0 then
+      -- The ring's first count. Records counted before it (a queue older than its ring) are in no bucket, so
+      -- the rates cover only from now; a new queue's ring misses nothing.
+      local before = 0
+      for _, total in ipairs(redis.call('HMGET', counters, unpack(RATE_KINDS))) do
+        before = before + (tonumber(total) or 0)
+      end
+      redis.call('HSET', rates, 'since', before > n and now or 0)
+    end
+  end
+  redis.call('HINCRBY', rates, kind .. ':' .. slot, n)
+end

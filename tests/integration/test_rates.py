@@ -1,0 +1,76 @@
+"""The rates ring: every script that moves records counts them per 10-second bucket of the server's clock, so
+the last minute (``--summary``, the metrics) and the last hour (rate plots) read in constant time."""
+
+from __future__ import annotations
+
+from dataq.store import RATE_KINDS, QueueStore
+from dataq.store.rates import HISTORY_SECONDS, RATE_BUCKET_SECONDS, RATE_SLOTS
+from tests.helpers import make_records
+
+WORKER = "host-1:4242:pop:abc123"
+
+
+async def current_slot(store: QueueStore) -> tuple[int, int]:
+    seconds, _ = await store.r.time()
+    bucket = int(seconds) // RATE_BUCKET_SECONDS
+    return bucket, bucket % RATE_SLOTS
+
+
+async def test_pushes_duplicates_acks_and_failures_are_counted_in_the_current_bucket(store: QueueStore) -> None:
+    records = make_records(10)
+    await store.push_batch([*records, records[0]], "test")  # one duplicate
+    await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+    claim = await store.claim(WORKER, 5)
+    await store.ack(WORKER, [(record.id, "ok") for record in claim.records[:3]])
+    await store.fail(WORKER, [(record.id, "boom") for record in claim.records[3:]], max_errors=0)
+
+    history = await store.rate_history(30)
+    counts, _, complete = history.totals(30)
+    assert counts == {"pushed": 10, "duplicate": 1, "done": 3, "failed": 2}
+    assert complete and history.since == 0  # a new queue: the ring counted it from its first record
+    # The monotonic totals are kept by the same call, so they can never disagree with the ring.
+    assert await store.counters() == {"pushed": 10, "duplicate": 1, "done": 3, "failed": 2, "claimed": 5,
+                                      "deactivated": 2}
+
+
+async def test_the_history_is_an_hour_of_consecutive_buckets_ending_with_the_current_one(store: QueueStore) -> None:
+    await store.push_batch(make_records(3), "test")
+    history = await store.rate_history()
+    bucket, _ = await current_slot(store)
+    assert len(history.buckets) == RATE_SLOTS == HISTORY_SECONDS // RATE_BUCKET_SECONDS
+    starts = [b.start for b in history.buckets]
+    assert starts == [float((bucket - RATE_SLOTS + 1 + i) * RATE_BUCKET_SECONDS) for i in range(RATE_SLOTS)]
+    assert history.buckets[-1].counts["pushed"] == 3
+    assert sum(b.counts["pushed"] for b in history.buckets[:-1]) == 0
+    assert starts[-1] <= history.now < starts[-1] + RATE_BUCKET_SECONDS
+
+
+async def test_a_slot_left_from_an_hour_ago_counts_nothing_now_and_is_emptied_when_reused(store: QueueStore) -> None:
+    bucket, slot = await current_slot(store)
+    stale = {f"t:{slot}": bucket - RATE_SLOTS, **{f"{kind}:{slot}": 500 for kind in RATE_KINDS}, "since": 0}
+    await store.r.hset(store.keys.rates, mapping=stale)
+    assert (await store.rate_history(10)).totals(10)[0] == dict.fromkeys(RATE_KINDS, 0)
+
+    await store.push_batch(make_records(2), "test")
+    if (await current_slot(store))[1] != slot:
+        return  # the clock crossed into the next bucket: nothing stale to check (a 1-in-several-thousand run)
+    ring = await store.r.hgetall(store.keys.rates)
+    assert ring[f"t:{slot}"] == str(bucket)
+    assert {kind: ring.get(f"{kind}:{slot}") for kind in RATE_KINDS} == {
+        "pushed": "2", "duplicate": None, "done": None, "failed": None}
+
+
+async def test_a_queue_older_than_its_ring_says_the_rates_cover_only_since_the_ring_began(store: QueueStore) -> None:
+    await store.r.hset(store.keys.counters, mapping={"pushed": 100, "done": 90})  # counted before the ring existed
+    await store.push_batch(make_records(4), "test")
+    history = await store.rate_history(60)
+    counts, covered, complete = history.totals(60)
+    assert counts["pushed"] == 4
+    assert not complete and 0 < history.since <= history.now and covered < 2
+
+
+async def test_the_ring_is_bounded_whatever_the_traffic(store: QueueStore) -> None:
+    for start in range(0, 5000, 500):
+        await store.push_batch(make_records(500, start=start), "test")
+    # One bucket in use: its stamp, one field per kind counted, and 'since'.
+    assert await store.r.hlen(store.keys.rates) <= 1 + 1 + len(RATE_KINDS)

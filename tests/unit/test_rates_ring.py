@@ -1,0 +1,45 @@
+"""Reading the rates ring: which buckets make "the last minute", and the Lua library's constants are the
+store's."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from dataq.store.rates import RATE_BUCKET_SECONDS, RATE_KINDS, RATE_SLOTS, RateBucket, RateHistory
+
+
+def bucket(start: float, pushed: int = 0, done: int = 0) -> RateBucket:
+    return RateBucket(start, {"pushed": pushed, "duplicate": 0, "done": done, "failed": 0})
+
+
+def history(now: float, since: float = 0.0) -> RateHistory:
+    """Seven buckets of 10 s ending with the one ``now`` falls in, 10 pushed and 1 done in each."""
+    current = now // RATE_BUCKET_SECONDS * RATE_BUCKET_SECONDS
+    return RateHistory(now, since, tuple(bucket(current - 10 * i, 10, 1) for i in reversed(range(7))))
+
+
+def test_the_last_minute_is_the_current_bucket_so_far_and_the_five_before_it() -> None:
+    counts, covered, complete = history(now=1_000_004.0).totals(60)
+    assert counts == {"pushed": 60, "duplicate": 0, "done": 6, "failed": 0}
+    assert covered == 54.0 and complete
+
+
+def test_counting_that_began_within_the_window_is_incomplete_and_covers_only_since_then() -> None:
+    counts, covered, complete = history(now=1_000_004.0, since=999_990.0).totals(60)
+    assert counts["pushed"] == 60  # every bucket the ring kept still counts: only the span shrinks
+    assert covered == 14.0 and not complete
+
+
+def test_a_window_of_one_bucket_is_the_current_one() -> None:
+    counts, covered, _ = history(now=1_000_007.5).totals(10)
+    assert counts["pushed"] == 10 and covered == 7.5
+
+
+def test_the_lua_library_counts_in_the_same_buckets_and_kinds_as_the_store_reads() -> None:
+    source = (resources.files("dataq.store") / "lua" / "lib" / "rates.lua").read_text()
+    sizes = re.search(r"local RATE_BUCKET_SECONDS, RATE_SLOTS = (\d+), (\d+)", source)
+    kinds = re.search(r"local RATE_KINDS = \{([^}]*)\}", source)
+    assert sizes is not None and kinds is not None
+    assert (int(sizes[1]), int(sizes[2])) == (RATE_BUCKET_SECONDS, RATE_SLOTS)
+    assert tuple(re.findall(r"'(\w+)'", kinds[1])) == RATE_KINDS
