@@ -9,13 +9,20 @@ Each record costs a claim (batched: as many as there are free slots per call), i
 acknowledgement (batched: everything finished since the last call), each a Lua script fsynced by Redis. The
 table also gives the CPU time per record of the daemons together and of redis-server over the timed interval.
 
-Run it: ``.venv/bin/python bench/pop.py [--quick] [--records N]`` (``--quick``: 10,000 records).
+``--pipeline``: whether the pipeline runs at the speed of its slowest stage. One pop daemon (concurrency 256)
+runs while the records are fed through ``dataq push`` by one feeder at window 1,000 (clock: first line sent to
+last record done), against the same daemon draining the same number of pre-filled records, rounds interleaved;
+each round prints the ratio.
+
+Run it: ``.venv/bin/python bench/pop.py [--quick] [--records N] [--pipeline [--rounds N]]`` (``--quick``:
+10,000 records).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import signal
@@ -23,11 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.push import push_daemon
 from dataq.embedded.redis_server import EmbeddedRedis
+from dataq.feed.client import Feeder
 from dataq.record import Record
 from dataq.store import Flag, QueueStore
 
@@ -38,6 +49,8 @@ PUSH_CHUNK = 1000
 POLL = 0.005
 STARTUP_TIMEOUT = 30.0
 RUN_TIMEOUT = 600.0
+PIPELINE_WINDOW = 1_000
+PIPELINE_CONCURRENCY = 256
 SCENARIOS = (("1 daemon, concurrency 1", 1, 1), ("1 daemon, concurrency 16", 1, 16),
              ("1 daemon, concurrency 64", 1, 64), ("1 daemon, concurrency 256", 1, 256),
              ("2 daemons, concurrency 64 each", 2, 64))
@@ -94,9 +107,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_scenario(store: QueueStore, config: Path, redis_pid: int, label: str, daemons: int,
-                       concurrency: int, count: int) -> Result:
-    await fill(store, count)
+@contextlib.asynccontextmanager
+async def pop_daemons(store: QueueStore, config: Path, label: str, daemons: int,
+                      concurrency: int) -> AsyncIterator[list[int]]:
+    """``daemons`` x ``dataq pop`` (as subprocesses), registered and subscribed: yields their pids."""
     command = [sys.executable, "-c", "from dataq.cli.main import main; main()", "pop", "--config", str(config),
                "--concurrency", str(concurrency)]
     children = [await asyncio.create_subprocess_exec(*command, stdout=subprocess.DEVNULL) for _ in range(daemons)]
@@ -108,22 +122,58 @@ async def run_scenario(store: QueueStore, config: Path, redis_pid: int, label: s
             return len(await store.workers()) == daemons and listening == daemons
 
         await wait_for(up, STARTUP_TIMEOUT, "the daemons to start")
-        pids = [child.pid for child in children]
-        cpu_before = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
-        started = time.perf_counter()
-        await store.set_flag(Flag.ACTION, True)
-
-        async def drained() -> bool:
-            return (await store.counters()).get("done", 0) >= count
-
-        await wait_for(drained, RUN_TIMEOUT, "the queue to drain")
-        elapsed = time.perf_counter() - started
-        cpu_after = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
+        yield [child.pid for child in children]
     finally:
         for child in children:
             child.send_signal(signal.SIGTERM)
         for child in children:
             await asyncio.wait_for(child.wait(), 30)
+
+
+async def drained(store: QueueStore, count: int) -> None:
+    async def done() -> bool:
+        return (await store.counters()).get("done", 0) >= count
+
+    await wait_for(done, RUN_TIMEOUT, "the queue to drain")
+
+
+async def run_scenario(store: QueueStore, config: Path, redis_pid: int, label: str, daemons: int,
+                       concurrency: int, count: int) -> Result:
+    """Drain a queue pre-filled with ``count`` records."""
+    await fill(store, count)
+    async with pop_daemons(store, config, label, daemons, concurrency) as pids:
+        cpu_before = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
+        started = time.perf_counter()
+        await store.set_flag(Flag.ACTION, True)
+        await drained(store, count)
+        elapsed = time.perf_counter() - started
+        cpu_after = (sum(map(cpu_seconds, pids)), cpu_seconds(redis_pid))
+    return await checked(store, label, count, elapsed, cpu_before, cpu_after)
+
+
+async def run_pipeline(store: QueueStore, config: Path, redis: EmbeddedRedis, label: str, concurrency: int,
+                       count: int) -> Result:
+    """Feed ``count`` records through ``dataq push`` (one feeder, window :data:`PIPELINE_WINDOW`) while one pop
+    daemon runs them: from the first line sent to the last record done."""
+    await store.client.flushall()
+    lines = [f"{r.path} {r.checksum} {r.size}\n".encode() for r in records(count)]
+    assert redis.pid is not None
+    async with pop_daemons(store, config, label, 1, concurrency) as pids:
+        with push_daemon(config.parent / "push", redis.url, queue=QUEUE) as (port, _):
+            feeder = Feeder("127.0.0.1", port, window=PIPELINE_WINDOW, keep_replies=False)
+            cpu_before = (sum(map(cpu_seconds, pids)), cpu_seconds(redis.pid))
+            started = time.perf_counter()
+            feeding = asyncio.create_task(feeder.feed(lines))
+            await drained(store, count)
+            elapsed = time.perf_counter() - started
+            cpu_after = (sum(map(cpu_seconds, pids)), cpu_seconds(redis.pid))
+            if (await feeding).pushed != count:
+                raise SystemExit(f"not every record came back Pushed ({label})")
+    return await checked(store, label, count, elapsed, cpu_before, cpu_after)
+
+
+async def checked(store: QueueStore, label: str, count: int, elapsed: float, cpu_before: tuple[float, float],
+                  cpu_after: tuple[float, float]) -> Result:
     summary = await store.summary()
     assert summary.tracked == 0 and summary.counters.get("done") == count, summary
     daemon_cpu, redis_cpu = ((after - before) / count * 1e6
@@ -131,11 +181,30 @@ async def run_scenario(store: QueueStore, config: Path, redis_pid: int, label: s
     return Result(label, count, elapsed, daemon_cpu, redis_cpu)
 
 
+async def pipeline_rounds(store: QueueStore, config: Path, redis: EmbeddedRedis, count: int,
+                          rounds: int) -> list[Result]:
+    """Fed-while-running against pre-filled, same daemon settings, rounds interleaved; prints each round's ratio."""
+    results = []
+    for round_ in range(rounds):
+        prefilled = await run_scenario(store, config, redis.pid or 0, f"pre-filled, concurrency {PIPELINE_CONCURRENCY}",
+                                       1, PIPELINE_CONCURRENCY, count)
+        fed = await run_pipeline(store, config, redis, f"fed at window {PIPELINE_WINDOW:,}, concurrency "
+                                 f"{PIPELINE_CONCURRENCY}", PIPELINE_CONCURRENCY, count)
+        print(f"round {round_ + 1}: pre-filled {prefilled.rate:,.0f} records/s, fed while running {fed.rate:,.0f} "
+              f"records/s: ratio {fed.rate / prefilled.rate:.2f}")
+        results += [prefilled, fed]
+    return results
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_RECORDS:,} records instead of {DEFAULT_RECORDS:,}")
     parser.add_argument("--records", type=int, default=None, help="records per scenario")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="only the pipeline: records fed through dataq push while one pop daemon runs them, "
+                             "against the same daemon draining a pre-filled queue")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --pipeline (default 3)")
     args = parser.parse_args()
     count = args.records or (QUICK_RECORDS if args.quick else DEFAULT_RECORDS)
     load_before = os.getloadavg()[0]
@@ -147,8 +216,11 @@ async def main() -> None:
             try:
                 version = (await store.client.info("server"))["redis_version"]
                 assert server.pid is not None
-                results = [await run_scenario(store, config, server.pid, label, daemons, concurrency, count)
-                           for label, daemons, concurrency in SCENARIOS]
+                if args.pipeline:
+                    results = await pipeline_rounds(store, config, server, count, args.rounds)
+                else:
+                    results = [await run_scenario(store, config, server.pid, label, daemons, concurrency, count)
+                               for label, daemons, concurrency in SCENARIOS]
             finally:
                 await store.close()
     print(f"dataq pop benchmark: {count:,} records per run, action noop, redis {version} appendfsync always,")
@@ -163,7 +235,7 @@ async def main() -> None:
         print(f"| {result.label:<32} | {result.records:>9,} | {result.seconds:>8.2f} | {result.rate:>10,.0f} "
               f"| {costs:>{len(cpu_title)}} |")
     print()
-    print("rerun: .venv/bin/python bench/pop.py [--quick] [--records N]")
+    print("rerun: .venv/bin/python bench/pop.py [--quick] [--records N] [--pipeline [--rounds N]]")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,13 @@ directory and the push daemon as a subprocess (``dataq push``, so it has a core 
 not share its interpreter), then feeds unique records with :class:`dataq.feeder.Feeder` from this process
 (1 or 4 feeders as asyncio tasks, each on its own connection) with windows of 1, 100, 1,000 and 10,000 records
 in flight. Lines are formatted before the clock starts; the clock stops when the last reply is in. Every cell
-checks that every record came back ``Pushed``.
+checks that every record came back ``Pushed``. At window 1 (feeders that wait for each reply), each round also
+measures the ceiling right after its cells: ``redis-benchmark`` with as many connections, one fsynced SET at a
+time each, and prints dataq's rate as a ratio of it.
 
     .venv/bin/python bench/push.py            # full run: 3 rounds over every cell (under a minute)
     .venv/bin/python bench/push.py --quick    # fewer records per cell (a few seconds)
+    .venv/bin/python bench/push.py --windows 1 --feeders 1 16    # the one-record path against its ceilings
 
 The machine's other load shows in the rates (the load average is printed); the CPU time per record of each
 process is steadier and says where the time goes.
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from dataq.embedded.redis_server import EmbeddedRedis, free_port
 from dataq.feed.client import Feeder
+from dataq.runtime.loop import run_daemon
 from dataq.store import QueueStore
 
 QUEUE = "transfer"
@@ -59,9 +63,10 @@ def dataq_command() -> list[str]:
 
 
 @contextlib.contextmanager
-def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "") -> Iterator[tuple[int, int]]:
-    """``dataq push`` on a free port (on ``redis_url``, and ``redis_extra`` lines in its ``[redis]`` table):
-    yields (port, pid)."""
+def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "",
+                queue: str = QUEUE) -> Iterator[tuple[int, int]]:
+    """``dataq push`` of ``queue`` on a free port (on ``redis_url``, and ``redis_extra`` lines in its ``[redis]``
+    table): yields (port, pid)."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "dataq.toml"
@@ -69,27 +74,32 @@ def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "") 
     config.write_text(
         f'data_dir = "{workdir}"\n[redis]\n{url}{redis_extra}[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
         f'format = "json"\n[metrics]\nenabled = false\n[push]\nport = {port}\n'
-        f'[queues.{QUEUE}]\nmax_queue_size = 10000000\n'
+        f'[queues.{queue}]\nmax_queue_size = 10000000\n'
     )
     with open(workdir / "push.stderr", "wb") as stderr:
         process = subprocess.Popen([*dataq_command(), "push", "--config", str(config)], stdout=subprocess.DEVNULL,
                                    stderr=stderr)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"dataq push exited with {process.returncode}; see {workdir / 'push.stderr'}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("dataq push did not start") from None
-                time.sleep(0.05)
+        wait_for_port(port, process, f"see {workdir / 'push.stderr'}")
         yield port, process.pid
     finally:
         process.terminate()
         process.wait(30)
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], where: str = "") -> None:
+    """Until ``dataq push`` (``process``) accepts connections on ``port``; SystemExit if it exits first."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"dataq push exited with {process.returncode}; {where}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit("dataq push did not start") from None
+            time.sleep(0.05)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -122,17 +132,17 @@ async def measure(port: int, pids: tuple[int, int], window: int, feeders: int, s
     return Cell(pushed / elapsed, cpu)  # type: ignore[arg-type]
 
 
-def fsynced_round_trips(redis_url: str, count: int) -> float | None:
-    """The ceiling for a feeder that waits for each reply: writes/s of Redis's own C client (redis-benchmark),
-    one connection, one SET at a time, against the same server (AOF, fsync always). Every acknowledged record
-    needs one such write; None if redis-benchmark (Debian's redis-tools) is missing."""
+def fsynced_round_trips(redis_url: str, count: int, connections: int = 1) -> float | None:
+    """The ceiling for feeders that wait for each reply: writes/s of Redis's own C client (redis-benchmark),
+    ``connections`` connections, one SET at a time each, against the same server (AOF, fsync always). Every
+    acknowledged record needs one such write; None if redis-benchmark (Debian's redis-tools) is missing."""
     executable = shutil.which("redis-benchmark")
     if executable is None:
         return None
     host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
     # Database 15 keeps its keys away from the queue's.
-    result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", "1", "-n", str(count),
-                             "-t", "set", "--csv"], check=True, capture_output=True, text=True)
+    result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", str(connections), "-n",
+                             str(count), "-t", "set", "--csv"], check=True, capture_output=True, text=True)
     row = result.stdout.strip().splitlines()[-1].split(",")
     return float(row[1].strip('"'))
 
@@ -148,10 +158,17 @@ def machine() -> str:
             f"redis-server {version}")
 
 
-async def run(quick: bool, repeat: int) -> None:
+def cell_records(counts: dict[int, int], window: int, feeders: int) -> int:
+    """Records of one cell: at window 1 each feeder sends the window's count (a feeder that waits for each reply
+    is slow, and 16 of them would each send only a few hundred otherwise)."""
+    return counts[window] * (feeders if window == 1 else 1)
+
+
+async def run(quick: bool, repeat: int, windows: tuple[int, ...], feeder_counts: tuple[int, ...]) -> None:
     counts = RECORDS_QUICK if quick else RECORDS_FULL
-    cells: dict[tuple[int, int], list[Cell]] = {(w, f): [] for w in WINDOWS for f in FEEDERS}
-    ceilings: list[float | None] = []
+    cells: dict[tuple[int, int], list[Cell]] = {(w, f): [] for w in windows for f in feeder_counts}
+    ceilings: dict[int, list[float]] = {f: [] for f in feeder_counts}
+    ratios: dict[int, list[float]] = {f: [] for f in feeder_counts}
     with tempfile.TemporaryDirectory(prefix="dataq-bench-") as tmp:
         workdir = Path(tmp)
         redis = EmbeddedRedis(workdir / "redis", port=0, appendfsync="always")
@@ -162,50 +179,68 @@ async def run(quick: bool, repeat: int) -> None:
             with push_daemon(workdir, redis.url) as (port, daemon_pid):
                 start = 0
                 for round_ in range(repeat):
-                    for window in WINDOWS:
-                        for feeders in FEEDERS:
-                            cell = await measure(port, (daemon_pid, redis.pid), window, feeders, start, counts[window])
+                    for window in windows:
+                        for feeders in feeder_counts:
+                            count = cell_records(counts, window, feeders)
+                            cell = await measure(port, (daemon_pid, redis.pid), window, feeders, start, count)
                             cells[window, feeders].append(cell)
-                            start += counts[window]
+                            start += count
                             await store.clear()  # every cell starts from an empty queue
                             print(f"  round {round_ + 1}: window {window:>6,} x {feeders} feeder(s): "
                                   f"{cell.rate:>10,.0f} records/s", file=sys.stderr)
-                    ceilings.append(fsynced_round_trips(redis.url, counts[1]))
+                    if 1 not in windows:
+                        continue
+                    # The ceiling right after the cells it bounds: this VM's speed drifts within the hour.
+                    for feeders in feeder_counts:
+                        ceiling = fsynced_round_trips(redis.url, cell_records(counts, 1, feeders), feeders)
+                        if ceiling is not None:
+                            ceilings[feeders].append(ceiling)
+                            ratios[feeders].append(cells[1, feeders][-1].rate / ceiling)
         finally:
             await store.close()
             redis.stop()
     print(f"\npush throughput, records/s: median (best) of {repeat} rounds; {'quick' if quick else 'full'} run, "
-          "records per cell: " + ", ".join(f"window {w:,}: {n:,}" for w, n in counts.items()))
+          "records per cell: " + ", ".join(f"window {w:,}: {n:,}" for w, n in counts.items() if w in windows)
+          + " (x feeders at window 1)")
     print(f"machine: {machine()}; load average before the run: {LOAD_BEFORE}")
     print("measured: unique records fed over loopback TCP to `dataq push` (a subprocess) -> Redis (AOF, fsync always),")
     print("          from the first line sent to the last reply received; every reply checked to be Pushed\n")
-    cpu_title = "CPU µs/record (1 feeder): daemon / redis / feeder"
-    print(f"| {'window':>8} | " + " | ".join(f"{f} feeder{'s' if f > 1 else ''}".rjust(19) for f in FEEDERS)
+    cpu_title = "CPU µs/record (1st column): daemon / redis / feeders"
+    print(f"| {'window':>8} | " + " | ".join(f"{f} feeder{'s' if f > 1 else ''}".rjust(19) for f in feeder_counts)
           + f" | {cpu_title} |")
-    print(f"|{'-' * 10}|" + "|".join("-" * 21 for _ in FEEDERS) + f"|{'-' * (len(cpu_title) + 2)}|")
-    for window in WINDOWS:
+    print(f"|{'-' * 10}|" + "|".join("-" * 21 for _ in feeder_counts) + f"|{'-' * (len(cpu_title) + 2)}|")
+    for window in windows:
         row = []
-        for feeders in FEEDERS:
+        for feeders in feeder_counts:
             rates = sorted(cell.rate for cell in cells[window, feeders])
             row.append(f"{statistics.median(rates):>9,.0f} ({rates[-1]:>7,.0f})")
-        cpu = [statistics.median(cell.cpu[i] for cell in cells[window, 1]) for i in range(3)]
+        first = cells[window, feeder_counts[0]]
+        cpu = [statistics.median(cell.cpu[i] for cell in first) for i in range(3)]
         costs = f"{cpu[0]:.1f} / {cpu[1]:.1f} / {cpu[2]:.1f}"
         print(f"| {window:>8,} | " + " | ".join(row) + f" | {costs:>{len(cpu_title)}} |")
-    measured = sorted(c for c in ceilings if c is not None)
-    if measured:
-        print(f"\nceiling for window 1 (one feeder waiting for each reply): redis-benchmark, 1 connection, SET with "
-              f"fsync always: {statistics.median(measured):,.0f} ({measured[-1]:,.0f}) writes/s; each Pushed reply "
-              "needs one such fsynced write")
-    else:
+    if 1 not in windows:
+        return
+    if not any(ceilings.values()):
         print("\nceiling for window 1 not measured: redis-benchmark (Debian's redis-tools) not found")
+        return
+    print("\nwindow 1 (each feeder waits for each reply) against its ceiling, redis-benchmark with as many")
+    print("connections, one SET at a time each, same server (fsync always), measured right after each round's cells:")
+    for feeders in feeder_counts:
+        measured, ratio = sorted(ceilings[feeders]), sorted(ratios[feeders])
+        print(f"  {feeders:>2} feeder(s): ceiling {statistics.median(measured):,.0f} ({measured[-1]:,.0f}) writes/s; "
+              f"dataq / ceiling per round: {', '.join(f'{r:.2f}' for r in ratios[feeders])} "
+              f"(median {statistics.median(ratio):.2f})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer records per cell")
     parser.add_argument("--repeat", type=int, default=3, help="rounds over every cell (default 3)")
+    parser.add_argument("--windows", type=int, nargs="+", default=WINDOWS, help="windows to measure")
+    parser.add_argument("--feeders", type=int, nargs="+", default=FEEDERS, help="feeder counts to measure")
     args = parser.parse_args()
-    asyncio.run(run(args.quick, args.repeat))
+    # The loop `dataq feed` runs its Feeder on (uvloop when installed), so the feeders cost what they cost there.
+    run_daemon(run(args.quick, args.repeat, tuple(args.windows), tuple(args.feeders)))
 
 
 if __name__ == "__main__":

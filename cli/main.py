@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Coroutine
 from typing import Any
@@ -23,6 +22,7 @@ from dataq.config import MAX_PORT, Settings, load_settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging, get_logger
 from dataq.ops.crash import SEND_TIMEOUT
+from dataq.runtime.loop import run_daemon
 
 log = get_logger()
 
@@ -69,7 +69,7 @@ def _daemon_settings(
 
 def _run(coro: Coroutine[Any, Any, int]) -> None:
     try:
-        status = asyncio.run(coro)
+        status = run_daemon(coro)
     except ConfigError as exc:
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(EXIT_CONFIG) from exc

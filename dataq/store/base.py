@@ -6,11 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+import redis.exceptions as rexc
 from redis.asyncio.sentinel import Sentinel
 from redis.commands.core import AsyncScript
 
 from dataq.keys import QueueKeys
 from dataq.store.connection import load_scripts
+from dataq.store.lane import Lane
 from dataq.store.replication import Replication
 
 NOTICE_WORK = "work"
@@ -44,6 +46,7 @@ class StoreBase:
         self.sentinel = sentinel
         """The sentinels this store's master was found through (None: a Redis URL)."""
         self._scripts: dict[str, AsyncScript] = load_scripts(client)
+        self._lane = Lane(client)
 
     async def _script(self, name: str, keys: list[str], args: list[Any], *, replicated: bool = False,
                       on_written: Callable[[], None] | None = None) -> Any:
@@ -52,7 +55,11 @@ class StoreBase:
         if replicated and self.replication.enabled:
             return await self.replication.run(self.client, self._scripts[name], keys, args, self.keys.counters,
                                               on_written)
-        reply = await self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        try:
+            reply = await self._lane.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:
+            reply = await script(keys=keys, args=args)  # loads it into a server that never ran it
         if on_written is not None:
             on_written()
         return reply
@@ -62,6 +69,7 @@ class StoreBase:
         await self.r.publish(self.keys.work, NOTICE_WORK)
 
     async def close(self) -> None:
+        await self._lane.close()
         await self.client.aclose()
         if self.sentinel is not None:
             await self.sentinel.aclose()
