@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import platform
+import resource
 import shutil
 import socket
 import statistics
@@ -132,7 +133,16 @@ async def measure(port: int, pids: tuple[int, int], window: int, feeders: int, s
     return Cell(pushed / elapsed, cpu)  # type: ignore[arg-type]
 
 
-def fsynced_round_trips(redis_url: str, count: int, connections: int = 1) -> float | None:
+@dataclass
+class Ceiling:
+    rate: float
+    """Writes/s of redis-benchmark."""
+    client_cpu: float
+    """redis-benchmark's own CPU µs per request: the socket work of one exchange (a send, a receive, a poll),
+    in C. The push daemon makes two such exchanges per record, its feeder's and Redis's."""
+
+
+def fsynced_round_trips(redis_url: str, count: int, connections: int = 1) -> Ceiling | None:
     """The ceiling for feeders that wait for each reply: writes/s of Redis's own C client (redis-benchmark),
     ``connections`` connections, one SET at a time each, against the same server (AOF, fsync always). Every
     acknowledged record needs one such write; None if redis-benchmark (Debian's redis-tools) is missing."""
@@ -140,11 +150,14 @@ def fsynced_round_trips(redis_url: str, count: int, connections: int = 1) -> flo
     if executable is None:
         return None
     host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # Database 15 keeps its keys away from the queue's.
     result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", str(connections), "-n",
                              str(count), "-t", "set", "--csv"], check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / count * 1e6
     row = result.stdout.strip().splitlines()[-1].split(",")
-    return float(row[1].strip('"'))
+    return Ceiling(float(row[1].strip('"')), cpu)
 
 
 def machine() -> str:
@@ -167,7 +180,7 @@ def cell_records(counts: dict[int, int], window: int, feeders: int) -> int:
 async def run(quick: bool, repeat: int, windows: tuple[int, ...], feeder_counts: tuple[int, ...]) -> None:
     counts = RECORDS_QUICK if quick else RECORDS_FULL
     cells: dict[tuple[int, int], list[Cell]] = {(w, f): [] for w in windows for f in feeder_counts}
-    ceilings: dict[int, list[float]] = {f: [] for f in feeder_counts}
+    ceilings: dict[int, list[Ceiling]] = {f: [] for f in feeder_counts}
     ratios: dict[int, list[float]] = {f: [] for f in feeder_counts}
     with tempfile.TemporaryDirectory(prefix="dataq-bench-") as tmp:
         workdir = Path(tmp)
@@ -195,7 +208,7 @@ async def run(quick: bool, repeat: int, windows: tuple[int, ...], feeder_counts:
                         ceiling = fsynced_round_trips(redis.url, cell_records(counts, 1, feeders), feeders)
                         if ceiling is not None:
                             ceilings[feeders].append(ceiling)
-                            ratios[feeders].append(cells[1, feeders][-1].rate / ceiling)
+                            ratios[feeders].append(cells[1, feeders][-1].rate / ceiling.rate)
         finally:
             await store.close()
             redis.stop()
@@ -226,10 +239,14 @@ async def run(quick: bool, repeat: int, windows: tuple[int, ...], feeder_counts:
     print("\nwindow 1 (each feeder waits for each reply) against its ceiling, redis-benchmark with as many")
     print("connections, one SET at a time each, same server (fsync always), measured right after each round's cells:")
     for feeders in feeder_counts:
-        measured, ratio = sorted(ceilings[feeders]), sorted(ratios[feeders])
+        measured, ratio = sorted(c.rate for c in ceilings[feeders]), sorted(ratios[feeders])
         print(f"  {feeders:>2} feeder(s): ceiling {statistics.median(measured):,.0f} ({measured[-1]:,.0f}) writes/s; "
               f"dataq / ceiling per round: {', '.join(f'{r:.2f}' for r in ratios[feeders])} "
               f"(median {statistics.median(ratio):.2f})")
+    exchange = statistics.median(c.client_cpu for c in ceilings[feeder_counts[0]])
+    print(f"the socket work of one request-reply exchange, in C (redis-benchmark's own CPU per request, "
+          f"{feeder_counts[0]} connection(s)): {exchange:.1f} µs; the push daemon makes two per record (its "
+          f"feeder's and Redis's): {2 * exchange:.1f} µs before any work of its own")
 
 
 def main() -> None:

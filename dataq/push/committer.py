@@ -152,9 +152,7 @@ class Committer:
                     if taken is None:
                         break
                     written: asyncio.Future[None] = loop.create_future()
-                    written.add_done_callback(lambda _: wake.set())
                     task = asyncio.create_task(self._store(*taken, written))
-                    task.add_done_callback(lambda _: wake.set())
                     commits.append(_Commit(taken[0], task, written))
                 if commits and commits[0].task.done():
                     commit = commits.popleft()
@@ -198,11 +196,14 @@ class Committer:
 
     async def _store(self, batch: list[Submission], records: int, written: asyncio.Future[None]) -> _Stored | None:
         """Store the batch's records, retrying until Redis has them (None if the batch holds none); ``written``
-        is set once the master holds them all."""
+        is set once the master holds them all. Each of the two wakes the committer, from here rather than from
+        a done-callback: a callback would cost every batch one more turn of the event loop."""
+        on_written = _setter(written, self._wakeup)
         try:
-            return await self._store_records(batch, records, _setter(written))
+            return await self._store_records(batch, records, on_written)
         finally:
-            _setter(written)()
+            on_written()
+            self._wakeup.set()  # the task is done by the time the woken committer runs
 
     async def _store_records(self, batch: list[Submission], records: int,
                              on_written: Callable[[], None]) -> _Stored | None:
@@ -291,10 +292,11 @@ class Committer:
             submission.sink.deliver("".join(parts).encode(), len(submission.entries))
 
 
-def _setter(future: asyncio.Future[None]) -> Callable[[], None]:
+def _setter(future: asyncio.Future[None], wake: asyncio.Event) -> Callable[[], None]:
     def set_once() -> None:
         if not future.done():
             future.set_result(None)
+            wake.set()
 
     return set_once
 
