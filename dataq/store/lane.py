@@ -29,7 +29,9 @@ class Lane:
         """Send one command and return its reply; an error reply raises redis-py's exception for it."""
         connection = self._idle.pop() if self._idle else await self._pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            await connection.send_packed_command(connection.pack_command(*args), check_health=False)
+            # With its health check: a connection idle for longer than the interval is PINGed first, as the client
+            # would, so a connection the network dropped meanwhile is replaced before a script is sent on it.
+            await connection.send_packed_command(connection.pack_command(*args))
             reply = await connection.read_response()
         except rexc.ResponseError as exc:
             if isinstance(exc, rexc.ReadOnlyError):

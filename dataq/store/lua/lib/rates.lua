@@ -1,5 +1,5 @@
 -- lib/rates.lua: tally(), which the store puts before every script (see load_scripts in
--- dataq/store/connection.py), so that every script counts the records it moves in one way.
+-- dataq/store/connection.py), so that the scripts that push, finish and fail records count them in one way.
 -- tally(counters, rates, kind, n) adds n to the queue's monotonic total of ``kind`` (the counters hash) and to
 -- the current 10-second bucket of its rates ring (dq:{NAME}:rates, documented in dataq/keys.py): field
 -- 't:<slot>' holds the bucket (server time // RATE_BUCKET_SECONDS) the slot counts, '<kind>:<slot>' its count,
