@@ -11,11 +11,16 @@ JAVA_PACKAGE := default-jre-headless
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
-# packages, each installed only when missing. policy-rc.d keeps apt from starting a system-wide redis-server that
-# nobody asked for.
+# packages, each installed only when missing; the tests also get Chromium and its chromedriver (the web
+# console's browser tests), which running dataq does not need. policy-rc.d keeps apt from starting a
+# system-wide redis-server that nobody asked for.
 system-deps:
 	@missing=""; \
 	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$(TEST_DEPS)" ]; then \
+		[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+		[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
+	fi; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian's packages:$$missing"; \
@@ -32,7 +37,8 @@ $(BIN)/python:
 install: system-deps $(BIN)/python
 	$(BIN)/pip install -q -e .
 
-install-test: system-deps $(BIN)/python
+install-test: $(BIN)/python
+	$(MAKE) --no-print-directory system-deps TEST_DEPS=1
 	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
 
 run: install
@@ -93,7 +99,7 @@ install-systemd:
 		[ -n "$(DESTDIR)" ] || $(SUDO) chgrp dataq $(CONFIG_DIR)/dataq.toml; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then $(SUDO) systemctl daemon-reload; fi
 	@[ -n "$(DESTDIR)" ] || [ -x "$(DATAQ_BIN)" ] || echo "warning: $(DATAQ_BIN) does not exist; install dataq there or pass DATAQ_BIN=..."
-	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml, then systemctl enable --now dataq dataq-push@QUEUE dataq-pop@QUEUE"
+	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml, then systemctl enable --now dataq dataq-push@QUEUE dataq-pop@QUEUE [dataq-web]"
 
 # check-systemd stages exactly what install-systemd installs, with DATAQ_BIN set to this virtualenv's dataq:
 # systemd-analyze verify refuses a unit whose ExecStart= binary is missing, and its --root= does not apply to

@@ -218,6 +218,31 @@ def redis(config_path: str | None) -> None:
     _run(run_embedded_redis(settings))
 
 
+@main.command()
+@config_option
+@click.option("--host", metavar="HOST", default=None, help="Address to listen on, instead of [web] host.")
+@click.option("--port", type=click.IntRange(0, MAX_PORT), metavar="PORT", default=None,
+              help="Port to listen on, instead of [web] port (0: a free port, logged).")
+def web(config_path: str | None, host: str | None, port: int | None) -> None:
+    """Serve the operator's web console: every queue's counts, rates, workers, records and events, and the
+    operator's actions for whoever holds [web] token."""
+    from dataq.web.server import run_web
+
+    settings = load_or_exit(config_path)
+    options: dict[tuple[str, ...], tuple[str, object]] = {}
+    if host is not None:
+        options["web", "host"] = ("--host", host)
+    if port is not None:
+        options["web", "port"] = ("--port", port)
+    if options:
+        try:
+            settings = load_settings(config_path, options=options)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from exc
+    _logging(settings, "web")
+    _run(run_web(settings))
+
+
 @main.command("notify-crash")
 @config_option
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=SEND_TIMEOUT, show_default=True,

@@ -8,13 +8,13 @@ forms, so stdout stays parseable.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
 
+from dataq.ops.documents import describe_place, event_doc, record_doc, view_doc, when, worker_doc
 from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.record import Record, format_list_line
 from dataq.store import Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
@@ -26,26 +26,6 @@ MOVE_MESSAGES = {
     "delete": "Deleted {n} records from the {which} queue",
     "redo": "Reactivated {n} records",
 }
-
-
-def _when(timestamp: object) -> str:
-    if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
-        return "-"
-    whole = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
-    return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
-
-
-def record_doc(record: Record, failures: Failures | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "checksum": record.checksum,
-        "path": record.path,
-        "size": record.size,
-        "pushed_at": record.pushed_at,
-        "source": record.source,
-    }
-    if failures is not None:
-        doc.update(errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error)
-    return doc
 
 
 def _one_line(text: str) -> str:
@@ -62,47 +42,6 @@ def _failure_suffix(failures: Failures | None) -> str:
     crashes = f", crashes={failures.crashes}" if failures.crashes else ""
     error = f", error={_one_line(failures.last_error)}" if failures.last_error else ""
     return f", errors={failures.errors}{crashes}{error}"
-
-
-def _place(view: RecordView) -> str:
-    if view.where == "active":
-        return f"active, {view.place} of {view.active_length} in the run order (1 runs next)"
-    if view.where == "in-flight":
-        return f"in flight, held by worker {view.worker or '(none found: being moved)'}"
-    if view.where == "delayed":
-        return f"delayed until {_when(view.due)}"
-    if view.where == "done":
-        return "done (acknowledged: no longer tracked)"
-    if view.where == "unknown":
-        return "unknown: not tracked, and no event of it is left in the stream"
-    return view.where
-
-
-def event_doc(event: Event) -> dict[str, Any]:
-    return {
-        "id": event.event_id,
-        "time": event.time,
-        "kind": event.kind,
-        "record": event.record_id,
-        "detail": event.detail,
-    }
-
-
-def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
-    beat = worker.heartbeat or {}
-    at = beat.get("at")
-    return {
-        "worker": worker.worker_id,
-        "role": worker.info.get("role"),
-        "host": worker.info.get("host"),
-        "pid": worker.info.get("pid"),
-        "since": worker.info.get("started"),
-        "alive": worker.heartbeat is not None,
-        "heartbeat_age": round(now - at, 3) if isinstance(at, (int, float)) else None,
-        "done": beat.get("done"),
-        "failed": beat.get("failed"),
-        "running": beat.get("running"),
-    }
 
 
 class Renderer:
@@ -193,17 +132,13 @@ class Renderer:
     def show(self, view: RecordView) -> None:
         failures = view.failures
         if self.as_json:
-            self._doc("show", record=view.record_id, where=view.where, place=view.place,
-                      active_length=view.active_length, worker=view.worker, due=view.due,
-                      fields=None if view.record is None else record_doc(view.record),
-                      errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error,
-                      events=[event_doc(e) for e in view.events])
+            self._doc("show", **view_doc(view))
             return
         record = view.record
-        lines = [f"Record {view.record_id} of queue {self.queue}", f"  where:      {_place(view)}"]
+        lines = [f"Record {view.record_id} of queue {self.queue}", f"  where:      {describe_place(view)}"]
         if record is not None:
             lines += [f"  path:       {record.path}", f"  size:       {record.size}",
-                      f"  pushed:     {_when(record.pushed_at)} by {record.source or '-'}"]
+                      f"  pushed:     {when(record.pushed_at)} by {record.source or '-'}"]
         lines += [f"  errors:     {failures.errors}", f"  crashes:    {failures.crashes}",
                   f"  last error: {_one_line(failures.last_error) if failures.last_error else '-'}",
                   f"  events:     {len(view.events)}{' (none left in the stream)' if not view.events else ''}"]
@@ -228,7 +163,7 @@ class Renderer:
             self._doc("follow", event=event_doc(event))
         else:
             detail = f"  {event.detail}" if event.detail else ""
-            self._text(f"{_when(event.time)}  {event.kind:<11} {event.record_id or '-'}{detail}")
+            self._text(f"{when(event.time)}  {event.kind:<11} {event.record_id or '-'}{detail}")
 
     def workers(self, workers: Sequence[Worker], now: float) -> None:
         docs = [worker_doc(w, now) for w in workers]
@@ -244,7 +179,7 @@ class Renderer:
                 str(d["worker"]),
                 _dash(d["host"]),
                 _dash(d["pid"]),
-                _when(d["since"]),
+                when(d["since"]),
                 "expired" if not d["alive"] else
                 (f"{d['heartbeat_age']:.1f}s ago" if d["heartbeat_age"] is not None else "alive"),
                 _dash(d["done"]),
@@ -319,7 +254,7 @@ class Renderer:
             f"  workers:   {alive} live ({summary.workers} registered)",
             f"  rates:     {per_minute} per minute ({span})",
         ]
-        lines += [f"  unreachable: {u.destination} since {_when(u.since)} ({_duration(time.time() - u.since)}), "
+        lines += [f"  unreachable: {u.destination} since {when(u.since)} ({_duration(time.time() - u.since)}), "
                   f"{u.waiting} records waiting; last error: {_one_line(u.error)}" for u in unreachable]
         if replication is not None:
             lines += [f"  {key + ':':<10} {value}" for key, value in _replication_lines(replication).items()]

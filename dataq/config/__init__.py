@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataq.config.loader import MAX_PORT, load_options
-from dataq.config.operators import MailSettings, MetricsSettings
+from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
 from dataq.config.redis_settings import (
     APPENDFSYNC_CHOICES,
     DEFAULT_APPENDFSYNC,
@@ -46,6 +46,7 @@ __all__ = [
     "QueueSettings",
     "RedisSettings",
     "Settings",
+    "WebSettings",
     "default_data_dir",
     "load_options",
     "load_settings",

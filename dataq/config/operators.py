@@ -86,3 +86,28 @@ class MetricsSettings(Section):
     def port_for(self, role: str) -> int:
         """The port of the daemon ``role`` (``push`` or ``pop``)."""
         return self.push_port if role == "push" else self.pop_port
+
+
+WEB_TOKEN_MIN_LENGTH = 16
+"""The shortest operator token: it guards actions that move every record of a queue."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings(Section):
+    """The operator's web console, ``dataq web`` (:mod:`dataq.web`)."""
+
+    enabled: bool = True
+    """Whether ``dataq run`` starts the console (``dataq web`` always serves it)."""
+    host: str = "127.0.0.1"
+    """Address to listen on (loopback: only this host, or a proxy, reaches it)."""
+    port: int = setting(9180, ge=0, le=MAX_PORT)
+    """Port of the console (0: an ephemeral port, logged)."""
+    token: str = ""
+    """The operator token: with it, the console's actions are allowed; empty, the console is read-only."""
+
+    def _check(self) -> None:
+        if not self.host:
+            raise Invalid("host", "key '{key}' must not be empty (use 0.0.0.0 or :: for every interface)")
+        if self.token and (len(self.token) < WEB_TOKEN_MIN_LENGTH or any(c.isspace() for c in self.token)):
+            raise Invalid("token", f"key '{{key}}' must be at least {WEB_TOKEN_MIN_LENGTH} characters without "
+                          "spaces (or empty for a read-only console)")

@@ -42,7 +42,7 @@ from dataq.config.loader import (
     setting,
     together,
 )
-from dataq.config.operators import MailSettings, MetricsSettings
+from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
 from dataq.config.redis_settings import RedisSettings
 from dataq.errors import ConfigError, InvalidRecord
 from dataq.keys import QUEUE_NAME_PATTERN
@@ -292,6 +292,7 @@ class Settings(Section):
     log: LogSettings = field(default_factory=LogSettings)
     mail: MailSettings = field(default_factory=MailSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    web: WebSettings = field(default_factory=WebSettings)
     queues: Mapping[str, QueueSettings] = field(
         default_factory=lambda: MappingProxyType({DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE)}), hash=False
     )

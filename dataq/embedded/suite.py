@@ -55,20 +55,25 @@ class Child:
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, cap=RESTART_BACKOFF_CAP))
 
 
-def daemon_argv(command: str, queue: str, config: str | None) -> list[str]:
-    """How to start ``dataq <command>`` for ``queue`` with the interpreter running us."""
-    argv = [sys.executable, "-c", "from dataq.cli.main import main; main()", command, "--queue", queue]
+def daemon_argv(command: str, queue: str | None, config: str | None) -> list[str]:
+    """How to start ``dataq <command>`` (for ``queue``, if one) with the interpreter running us."""
+    argv = [sys.executable, "-c", "from dataq.cli.main import main; main()", command]
+    if queue is not None:
+        argv += ["--queue", queue]
     if config is not None:
         argv += ["--config", config]
     return argv
 
 
 def plan_children(settings: Settings) -> list[Child]:
-    """A push daemon and a pop daemon for every configured queue."""
+    """A push daemon and a pop daemon for every configured queue, and the web console unless ``[web] enabled``
+    is false."""
     children = []
     for name in settings.queues:
         for command in ("push", "pop"):
             children.append(Child(f"{command}:{name}", daemon_argv(command, name, settings.source)))
+    if settings.web.enabled:
+        children.append(Child("web", daemon_argv("web", None, settings.source)))
     return children
 
 

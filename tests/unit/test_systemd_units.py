@@ -58,7 +58,7 @@ def test_every_daemon_notifies_systemd_restarts_on_failure_and_runs_as_dataq(nam
     assert one(unit, "Unit", "PartOf") == "dataq.target"
 
 
-@pytest.mark.parametrize("name", [*DAEMONS, "dataq-notify-failure@.service"])
+@pytest.mark.parametrize("name", [*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service"])
 def test_every_service_is_hardened(name: str) -> None:
     unit = parse(name)
     assert {key: one(unit, "Service", key) for key in HARDENING} == HARDENING
@@ -107,5 +107,16 @@ def test_every_dataq_command_a_unit_runs_exists() -> None:
     from dataq.cli.main import main
 
     used = {shlex.split(one(parse(name), "Service", "ExecStart"))[1]
-            for name in (*DAEMONS, "dataq-notify-failure@.service")}
+            for name in (*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service")}
     assert used <= set(main.commands), f"missing: {sorted(used - set(main.commands))}"
+
+
+def test_the_web_console_runs_with_the_suite_as_dataq_and_restarts_on_failure() -> None:
+    unit = parse("dataq-web.service")
+    assert shlex.split(one(unit, "Service", "ExecStart")) == [
+        "/usr/local/bin/dataq", "web", "--config", "/etc/dataq/dataq.toml"]
+    expected = {"Restart": "on-failure", "User": "dataq", "Group": "dataq", "StateDirectory": "dataq"}
+    assert {key: one(unit, "Service", key) for key in expected} == expected
+    assert one(unit, "Install", "WantedBy") == "dataq.target"
+    assert one(unit, "Unit", "PartOf") == "dataq.target"
+    assert "dataq-redis.service" in one(unit, "Unit", "After").split()

@@ -1,0 +1,85 @@
+"""The JSON shapes of records, events, workers and a record's view: ``dataq-cli --json`` prints them and the web
+console's API serves them, so a script reads the same keys from either."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from dataq.record import Record
+from dataq.store import Event, Failures, RecordView, Worker
+
+
+def when(timestamp: object) -> str:
+    """A wall-clock time as local ``YYYY-mm-dd HH:MM:SS.mmm``; ``-`` for none."""
+    if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
+        return "-"
+    whole = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
+
+
+def record_doc(record: Record, failures: Failures | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "checksum": record.checksum,
+        "path": record.path,
+        "size": record.size,
+        "pushed_at": record.pushed_at,
+        "source": record.source,
+    }
+    if failures is not None:
+        doc.update(errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error)
+    return doc
+
+
+def event_doc(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.event_id,
+        "time": event.time,
+        "kind": event.kind,
+        "record": event.record_id,
+        "detail": event.detail,
+    }
+
+
+def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
+    beat = worker.heartbeat or {}
+    at = beat.get("at")
+    return {
+        "worker": worker.worker_id,
+        "role": worker.info.get("role"),
+        "host": worker.info.get("host"),
+        "pid": worker.info.get("pid"),
+        "since": worker.info.get("started"),
+        "alive": worker.heartbeat is not None,
+        "heartbeat_age": round(now - at, 3) if isinstance(at, (int, float)) else None,
+        "done": beat.get("done"),
+        "failed": beat.get("failed"),
+        "running": beat.get("running"),
+    }
+
+
+def view_doc(view: RecordView) -> dict[str, Any]:
+    """Everything about one record (``--show``)."""
+    failures = view.failures
+    return {
+        "record": view.record_id, "where": view.where, "place": view.place, "active_length": view.active_length,
+        "worker": view.worker, "due": view.due, "fields": None if view.record is None else record_doc(view.record),
+        "errors": failures.errors, "crashes": failures.crashes, "last_error": failures.last_error,
+        "events": [event_doc(e) for e in view.events],
+    }
+
+
+def describe_place(view: RecordView) -> str:
+    """Where a record stands, in words (``dataq-cli --show``, the console's record page)."""
+    if view.where == "active":
+        return f"active, {view.place} of {view.active_length} in the run order (1 runs next)"
+    if view.where == "in-flight":
+        return f"in flight, held by worker {view.worker or '(none found: being moved)'}"
+    if view.where == "delayed":
+        return f"delayed until {when(view.due)}"
+    if view.where == "done":
+        return "done (acknowledged: no longer tracked)"
+    if view.where == "unknown":
+        return "unknown: not tracked, and no event of it is left in the stream"
+    return view.where

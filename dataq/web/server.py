@@ -1,0 +1,287 @@
+"""``dataq web``: the operator's console, an aiohttp server of server-rendered pages and a JSON API.
+
+aiohttp rather than Starlette with uvicorn: it is one asyncio library that is both the server and the framework,
+runs inside ``dataq run``'s loop like the daemons, and needs no ASGI server beside it. Pages are Jinja2 templates;
+the plots are SVG drawn here (:mod:`.plot`) and the live updates a small script shipped in the package, so the
+browser fetches nothing from the internet. Reading is open to whoever reaches the port (loopback by default);
+acting needs the operator token (:mod:`.auth`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from aiohttp import web
+
+from dataq.config import Settings
+from dataq.embedded.locate import resolve_redis
+from dataq.errors import DataqError, RangeError, StoreUnavailable
+from dataq.logs import get_logger
+from dataq.ops.documents import when
+from dataq.runtime.signals import install_stop_signals
+from dataq.store import Flag, QueueStore
+from dataq.web.auth import CSRF_FIELD, CSRF_HEADER, SESSION_COOKIE, Guard
+from dataq.web.console import MOVES, BadRequest, Console, NotFound, Page
+from dataq.web.plot import rate_plot
+
+EXIT_OK = 0
+SHUTDOWN_GRACE = 5.0
+"""Seconds requests in progress get to finish on shutdown."""
+REFRESH_SECONDS = 2
+"""How often the pages refresh their numbers."""
+FLAGS = {"action": Flag.ACTION, "read": Flag.READ}
+ACTIONS = (*FLAGS, "redo", *MOVES, "retry")
+"""What an operator may do to a queue (``POST /api/queues/NAME/ACTION``)."""
+
+log = get_logger()
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CONSOLE: web.AppKey[Console] = web.AppKey("console", Console)
+GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
+TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+
+
+def make_app(console: Console, token: str) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[CONSOLE], app[GUARD] = console, Guard(token)
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("dataq.web", "templates"),
+                                     autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
+    environment.filters["when"] = when
+    app[TEMPLATES] = environment
+    app.router.add_get("/", _overview)
+    app.router.add_get("/queues/{queue}", _queue_page)
+    app.router.add_get("/queues/{queue}/rates.svg", _plot)
+    app.router.add_post("/queues/{queue}/do", _form_action)
+    app.router.add_get("/records/{record}", _record_page)
+    app.router.add_get("/login", _login_page)
+    app.router.add_post("/login", _login)
+    app.router.add_post("/logout", _logout)
+    app.router.add_get("/static/{name}", _static)
+    app.router.add_get("/api/queues", _api(lambda c, r: c.queues()))
+    app.router.add_get("/api/queues/{queue}", _api(lambda c, r: c.queue(r.match_info["queue"])))
+    app.router.add_get("/api/queues/{queue}/workers", _api(lambda c, r: c.workers(r.match_info["queue"])))
+    app.router.add_get("/api/queues/{queue}/inactive",
+                       _api(lambda c, r: c.inactive(r.match_info["queue"], Page.parse(r.query))))
+    app.router.add_get("/api/queues/{queue}/active",
+                       _api(lambda c, r: c.active(r.match_info["queue"], Page.parse(r.query))))
+    app.router.add_get("/api/queues/{queue}/events", _api(lambda c, r: c.events(r.match_info["queue"])))
+    app.router.add_get("/api/queues/{queue}/rates", _api(lambda c, r: c.history(r.match_info["queue"])))
+    app.router.add_get("/api/records/{record}",
+                       _api(lambda c, r: c.record(r.match_info["record"], r.query.get("queue"))))
+    app.router.add_post("/api/queues/{queue}/{op}", _api_action)
+    return app
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A dataq error as a clear status and message: JSON under /api/, text elsewhere."""
+    try:
+        return await handler(request)
+    except DataqError as exc:
+        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, (BadRequest, RangeError))
+                  else 503 if isinstance(exc, StoreUnavailable) else 500)
+        if status == 500:
+            log.error("web request failed", path=request.path, error=str(exc))
+        if request.path.startswith("/api/"):
+            return web.json_response({"error": str(exc)}, status=status)
+        return web.Response(text=f"Error: {exc}\n", status=status)
+
+
+def _refused(request: web.Request) -> web.Response:
+    guard = request.app[GUARD]
+    why = ("this console is read-only: no operator token is configured ([web] token)" if not guard.enabled
+           else "the operator token is needed: log in, or send it as 'Authorization: Bearer TOKEN'")
+    if request.path.startswith("/api/"):
+        return web.json_response({"error": why}, status=401, headers={"WWW-Authenticate": "Bearer"})
+    return web.Response(text=f"Refused: {why}\n", status=401)
+
+
+# --- the JSON API ------------------------------------------------------------------------------------------
+
+
+def _api(read: Callable[[Console, web.Request], Awaitable[Any]]) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(await read(request.app[CONSOLE], request))
+
+    return handler
+
+
+async def _api_action(request: web.Request) -> web.StreamResponse:
+    guard = request.app[GUARD]
+    allowed = (guard.bearer(request.headers.get("Authorization"))
+               or guard.form_allowed(request.cookies.get(SESSION_COOKIE), request.headers.get(CSRF_HEADER)))
+    if not allowed:
+        return _refused(request)
+    body: Any = {}
+    if request.can_read_body:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"the body must be a JSON object: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    result = await _act(request.app[CONSOLE], request.match_info["queue"], request.match_info["op"], body)
+    return web.json_response(result)
+
+
+async def _act(console: Console, queue: str, op: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """One operator action: ``action`` / ``read`` (``on``), ``redo``, ``activate`` / ``deactivate`` / ``advance``
+    (``first``, ``last``), ``retry`` (``id``)."""
+    if op not in ACTIONS:
+        raise BadRequest(f"unknown action {op!r}; one of {', '.join(ACTIONS)}")
+    if op in FLAGS:
+        on = params.get("on")
+        if not isinstance(on, bool):
+            raise BadRequest(f"'{op}' needs \"on\": true or false")
+        result = await console.set_flag(queue, FLAGS[op], on)
+    elif op == "redo":
+        result = await console.redo(queue)
+    elif op == "retry":
+        result = await console.retry(queue, _text(params, "id"))
+    else:
+        result = await console.move(queue, op, _text(params, "first"), _text(params, "last"))
+    log.info("operator action from the web console", queue=queue, action=op, **{k: v for k, v in result.items()
+                                                                                  if k != "queue"})
+    return result
+
+
+def _text(params: Mapping[str, Any], key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"'{key}' must be a record id")
+    return value.strip()
+
+
+# --- pages -------------------------------------------------------------------------------------------------
+
+
+def _render(request: web.Request, template: str, **context: Any) -> web.Response:
+    guard = request.app[GUARD]
+    logged_in = guard.logged_in(request.cookies.get(SESSION_COOKIE))
+    page = request.app[TEMPLATES].get_template(template).render(
+        refresh_ms=REFRESH_SECONDS * 1000, can_act=guard.enabled, logged_in=logged_in,
+        csrf=guard.csrf() if logged_in else "", csrf_field=CSRF_FIELD, **context)
+    return web.Response(text=page, content_type="text/html", headers={
+        "Content-Security-Policy": "default-src 'self'; img-src 'self'; frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff"})
+
+
+async def _overview(request: web.Request) -> web.StreamResponse:
+    return _render(request, "overview.html", queues=await request.app[CONSOLE].queues())
+
+
+async def _queue_page(request: web.Request) -> web.StreamResponse:
+    console, name = request.app[CONSOLE], request.match_info["queue"]
+    inactive_page, active_page = Page.parse(_prefixed(request, "inactive_")), Page.parse(_prefixed(request, "active_"))
+    return _render(request, "queue.html", queue=await console.queue(name), workers=await console.workers(name),
+                   inactive=await console.inactive(name, inactive_page), inactive_page=inactive_page,
+                   active=await console.active(name, active_page), active_page=active_page,
+                   events=await console.events(name), message=request.query.get("done", ""))
+
+
+def _prefixed(request: web.Request, prefix: str) -> dict[str, str]:
+    return {key.removeprefix(prefix): value for key, value in request.query.items() if key.startswith(prefix)}
+
+
+async def _record_page(request: web.Request) -> web.StreamResponse:
+    doc = await request.app[CONSOLE].record(request.match_info["record"], request.query.get("queue"))
+    return _render(request, "record.html", record=doc)
+
+
+async def _plot(request: web.Request) -> web.StreamResponse:
+    history = await request.app[CONSOLE].history(request.match_info["queue"])
+    return web.Response(text=rate_plot(history["buckets"]), content_type="image/svg+xml",
+                        headers={"Cache-Control": "no-store"})
+
+
+async def _form_action(request: web.Request) -> web.StreamResponse:
+    """A form of the queue page: ``op`` is ``action-on``, ``read-off``, ``redo``, ``activate``, ``retry``..."""
+    guard, form = request.app[GUARD], await request.post()
+    csrf = form.get(CSRF_FIELD)
+    if not guard.form_allowed(request.cookies.get(SESSION_COOKIE), csrf if isinstance(csrf, str) else None):
+        return _refused(request)
+    queue, op = request.match_info["queue"], str(form.get("op", ""))
+    params: dict[str, Any] = {key: str(value) for key, value in form.items() if key not in ("op", CSRF_FIELD)}
+    name, _, state = op.partition("-")
+    if name in FLAGS:
+        if state not in ("on", "off"):
+            raise BadRequest(f"unknown action {op!r}")
+        op, params = name, {"on": state == "on"}
+    result = await _act(request.app[CONSOLE], queue, op, params)
+    done = f"{op}: {'on' if result.get('on') else 'off'}" if "flag" in result else f"{op}: {result['moved']} moved"
+    raise web.HTTPSeeOther(f"/queues/{queue}?{urlencode({'done': done})}")
+
+
+async def _login_page(request: web.Request) -> web.StreamResponse:
+    return _render(request, "login.html", failed=False)
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    guard, form = request.app[GUARD], await request.post()
+    token = form.get("token")
+    if not (isinstance(token, str) and guard.token_matches(token)):
+        response = _render(request, "login.html", failed=True)
+        response.set_status(401)
+        return response
+    response = web.HTTPSeeOther("/")
+    response.set_cookie(SESSION_COOKIE, guard.session(), httponly=True, samesite="Strict", path="/")
+    raise response
+
+
+async def _logout(request: web.Request) -> web.StreamResponse:
+    response = web.HTTPSeeOther("/")
+    response.del_cookie(SESSION_COOKIE, path="/")
+    raise response
+
+
+async def _static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    kinds = {"console.js": "text/javascript", "console.css": "text/css"}
+    if name not in kinds:
+        raise NotFound(f"no static file {name!r}")
+    text = (resources.files("dataq.web") / "static" / name).read_text(encoding="utf-8")
+    return web.Response(text=text, content_type=kinds[name], headers={"Cache-Control": "max-age=300"})
+
+
+# --- the daemon --------------------------------------------------------------------------------------------
+
+
+async def run_web(settings: Settings, *, stop: asyncio.Event | None = None,
+                  ready: Callable[[tuple[str, int]], None] | None = None) -> int:
+    """Serve the console on ``[web] host``/``port`` until ``stop`` is set (or SIGTERM/SIGINT when it is None);
+    ``ready`` gets the bound address. Returns the exit status."""
+    if stop is None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+    handle = resolve_redis(settings)
+    stores = {name: QueueStore.open(settings, handle.url, name) for name in settings.queues}
+    runner = web.AppRunner(make_app(Console(settings, stores), settings.web.token), access_log=None,
+                           shutdown_timeout=SHUTDOWN_GRACE)
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, settings.web.host, settings.web.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        address = (str(host), int(port))
+        log.info("web console listening", url=f"http://{address[0]}:{address[1]}/",
+                 actions="allowed with the token" if settings.web.token else "read-only (no token)")
+        if ready is not None:
+            ready(address)
+        await stop.wait()
+        log.info("web console stopping")
+    finally:
+        await runner.cleanup()
+        for store in stores.values():
+            await store.close()
+    return EXIT_OK
+
+
+__all__ = ["make_app", "run_web"]

@@ -1,0 +1,140 @@
+"""The console's pages: what an operator sees, the login, and forms that a cross-site request cannot forge."""
+
+from __future__ import annotations
+
+import re
+
+from dataq.store import Flag, QueueList
+from tests.helpers import make_records
+from tests.web.conftest import TOKEN, Web
+from tests.web.test_api import fail_once
+
+
+async def page(web: Web, path: str, status: int = 200) -> str:
+    response = await web.client.get(path)
+    assert response.status == status, await response.text()
+    return await response.text()
+
+
+async def log_in(web: Web) -> str:
+    """Log in with the token; the CSRF value the pages then carry."""
+    response = await web.client.post("/login", data={"token": TOKEN}, allow_redirects=False)
+    assert response.status == 303 and response.headers["Location"] == "/"
+    cookie = response.cookies["dataq_session"]
+    assert cookie["httponly"] and cookie["samesite"] == "Strict" and TOKEN not in cookie.value
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', await page(web, "/queues/transfer"))
+    assert found is not None
+    return found[1]
+
+
+async def test_the_overview_shows_every_queue_with_its_counts_flags_and_a_rate_plot(web: Web) -> None:
+    await web.transfer.push_batch(make_records(7), "test")
+    await web.stores["ingest"].set_flag(Flag.READ, False)
+    html = await page(web, "/")
+    row = html[html.index('data-queue="transfer"'):html.index('data-queue="ingest"')]
+    assert '<td data-field="active">7</td>' in row and '<td data-field="action" class="flag">on</td>' in row
+    ingest = html[html.index('data-queue="ingest"'):]
+    assert '<td data-field="read" class="flag">off</td>' in ingest
+    assert 'src="/queues/transfer/rates.svg"' in html and 'src="/queues/ingest/rates.svg"' in html
+    assert "operator login" in html and "https://" not in html  # nothing fetched from elsewhere
+
+
+async def test_the_rate_plot_is_an_svg_of_the_last_hour(web: Web) -> None:
+    await web.transfer.push_batch(make_records(30), "test")
+    response = await web.client.get("/queues/transfer/rates.svg")
+    assert response.content_type == "image/svg+xml"
+    svg = await response.text()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 3
+    pushed = re.search(r'class="series-pushed"[^>]* points="([^"]+)"', svg)
+    assert pushed is not None and len(pushed[1].split()) == 360
+
+
+async def test_the_queue_page_shows_workers_inactive_records_with_their_last_error_and_events(web: Web) -> None:
+    ids = await fail_once(web.transfer, 2, "rsync: No route to host")
+    html = await page(web, "/queues/transfer")
+    assert "rsync: No route to host" in html and all(record_id in html for record_id in ids)
+    assert "host-1:4242:pop:abc123" in html and "deactivated" in html
+    assert "Log in</a> with the operator token" in html and 'name="op"' not in html  # no forms before login
+
+
+async def test_the_record_page_says_where_the_record_is_and_why_it_failed(web: Web) -> None:
+    (record_id,) = await fail_once(web.transfer, 1, "disk full")
+    html = await page(web, f"/records/{record_id}")
+    assert '<td id="where">inactive</td>' in html and "disk full" in html
+    assert "no queue tracks record" in await page(web, "/records/" + "f" * 32, 404)
+
+
+async def test_a_wrong_token_does_not_log_in(web: Web) -> None:
+    response = await web.client.post("/login", data={"token": "not-the-token-at-all"}, allow_redirects=False)
+    assert response.status == 401 and "That is not the operator token" in await response.text()
+    assert "dataq_session" not in response.cookies
+
+
+async def test_a_logged_in_operator_acts_through_the_forms(web: Web) -> None:
+    ids = await fail_once(web.transfer, 2, "boom")
+    csrf = await log_in(web)
+    response = await web.client.post("/queues/transfer/do", data={"csrf": csrf, "op": "action-off"},
+                                     allow_redirects=False)
+    assert response.status == 303 and response.headers["Location"].startswith("/queues/transfer?done=action")
+    assert (await web.transfer.summary()).action is False
+    await web.client.post("/queues/transfer/do", data={"csrf": csrf, "op": "retry", "id": ids[0]})
+    assert (await web.transfer.summary()).inactive == 1
+    html = await page(web, "/queues/transfer")
+    assert 'value="action-on"' in html and 'value="retry"' in html
+
+
+async def test_a_form_without_the_sessions_csrf_value_is_refused_even_with_the_cookie(web: Web) -> None:
+    await fail_once(web.transfer, 1, "boom")
+    await log_in(web)
+    for data in ({"op": "redo"}, {"op": "redo", "csrf": "0" * 64}):
+        response = await web.client.post("/queues/transfer/do", data=data, allow_redirects=False)
+        assert response.status == 401
+    # The API with the cookie alone (what a cross-site fetch would carry) is refused too.
+    response = await web.client.post("/api/queues/transfer/redo")
+    assert response.status == 401
+    assert (await web.transfer.summary()).inactive == 1
+
+
+async def test_without_login_a_form_is_refused(web: Web) -> None:
+    await web.transfer.push_batch(make_records(1), "test")
+    response = await web.client.post("/queues/transfer/do", data={"op": "action-off", "csrf": "x"})
+    assert response.status == 401 and "operator token is needed" in await response.text()
+    assert (await web.transfer.summary()).action is True
+
+
+async def test_logging_out_ends_the_session(web: Web) -> None:
+    csrf = await log_in(web)
+    await web.client.post("/logout")
+    response = await web.client.post("/queues/transfer/do", data={"csrf": csrf, "op": "read-off"})
+    assert response.status == 401 and (await web.transfer.summary()).read is True
+
+
+async def test_a_read_only_console_has_no_login(read_only: Web) -> None:
+    assert "read-only console" in await page(read_only, "/")
+    assert "no operator token is configured" in await page(read_only, "/login")
+    response = await read_only.client.post("/login", data={"token": ""}, allow_redirects=False)
+    assert response.status == 401
+
+
+async def test_pages_refuse_framing_and_scripts_from_elsewhere_and_ship_their_own(web: Web) -> None:
+    response = await web.client.get("/")
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+    script = await web.client.get("/static/console.js")
+    assert script.status == 200 and "setInterval(refresh" in await script.text()
+    assert (await web.client.get("/static/../server.py")).status == 404
+
+
+async def test_bad_paging_is_a_clear_error(web: Web) -> None:
+    assert "offset must be 0 or more" in await page(web, "/queues/transfer?inactive_offset=-5", 400)
+    assert "no queue 'nosuch'" in await page(web, "/queues/nosuch", 404)
+    assert await web.transfer.list_records(QueueList.ACTIVE) == []
+
+
+async def test_long_lists_are_paged(web: Web) -> None:
+    await web.transfer.push_batch(make_records(120), "test")
+    first = await page(web, "/queues/transfer")
+    assert 'href="?active_offset=50">older</a>' in first and "newer</a>" not in first
+    second = await page(web, "/queues/transfer?active_offset=100")
+    assert 'href="?active_offset=50">newer</a>' in second and "older</a>" not in second
+    assert second.count("/records/") == 20
