@@ -124,7 +124,7 @@ async def _api_action(request: web.Request) -> web.StreamResponse:
     if request.can_read_body:
         try:
             body = await request.json()
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the body must be a JSON object: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")

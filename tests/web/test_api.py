@@ -137,8 +137,9 @@ async def test_with_the_token_records_move_by_range_one_by_one_or_all(web: Web) 
 async def test_malformed_actions_are_refused_with_the_reason(web: Web) -> None:
     assert "must be a record id" in (await post(web, "/api/queues/transfer/activate", {"first": "x"}, 400))["error"]
     assert "unknown action 'explode'" in (await post(web, "/api/queues/transfer/explode", {}, 400))["error"]
-    response = await web.client.post("/api/queues/transfer/action", data=b"{not json", headers=BEARER)
-    assert response.status == 400 and "JSON object" in (await response.json())["error"]
+    for body in (b"{not json", b"\xff\xfe", b"[1, 2]"):
+        response = await web.client.post("/api/queues/transfer/action", data=body, headers=BEARER)
+        assert response.status == 400 and "JSON object" in (await response.json())["error"]
     missing = await post(web, "/api/queues/transfer/activate", {"first": "0" * 32, "last": "0" * 32}, 400)
     assert missing["error"]
     assert (await post(web, "/api/queues/nosuch/redo", None, 404))["error"].startswith("no queue 'nosuch'")
