@@ -14,7 +14,15 @@ from typing import Any
 
 import click
 
-from dataq.ops.documents import describe_place, event_doc, record_doc, view_doc, when, worker_doc
+from dataq.ops.documents import (
+    describe_place,
+    event_doc,
+    record_doc,
+    unreachable_doc,
+    view_doc,
+    when,
+    worker_doc,
+)
 from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.record import Record, format_list_line
 from dataq.store import Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
@@ -225,8 +233,7 @@ class Renderer:
                 read=summary.read,
                 workers=summary.workers,
                 alive_workers=alive,
-                unreachable=[{"destination": u.destination, "since": u.since, "waiting": u.waiting,
-                              "error": u.error, "workers": list(u.workers)} for u in unreachable],
+                unreachable=[unreachable_doc(u) for u in unreachable],
                 counters=summary.counters,
                 rates={
                     **{f"{kind}_per_minute": round(value, 3) for kind, value in rates.per_minute.items()},

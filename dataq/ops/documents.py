@@ -7,6 +7,7 @@ import math
 import time
 from typing import Any
 
+from dataq.ops.health import Unreachable
 from dataq.record import Record
 from dataq.store import Event, Failures, RecordView, Worker
 
@@ -57,6 +58,11 @@ def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
         "failed": beat.get("failed"),
         "running": beat.get("running"),
     }
+
+
+def unreachable_doc(outage: Unreachable) -> dict[str, Any]:
+    return {"destination": outage.destination, "since": outage.since, "waiting": outage.waiting,
+            "error": outage.error, "workers": list(outage.workers)}
 
 
 def view_doc(view: RecordView) -> dict[str, Any]:

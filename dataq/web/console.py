@@ -10,7 +10,7 @@ from typing import Any
 
 from dataq.config import Settings
 from dataq.errors import DataqError
-from dataq.ops.documents import describe_place, event_doc, record_doc, view_doc, worker_doc
+from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
 from dataq.ops.health import rates, unreachable_destinations
 from dataq.store import Flag, QueueList, QueueStore
 
@@ -77,8 +77,7 @@ class Console:
             "registered": summary.workers,
             "rates": {**{f"{kind}_per_minute": round(value, 3) for kind, value in recent.per_minute.items()},
                       "covered_seconds": round(recent.covered, 3), "complete": recent.complete},
-            "unreachable": [{"destination": u.destination, "since": u.since, "waiting": u.waiting, "error": u.error,
-                             "workers": list(u.workers)} for u in unreachable_destinations(workers, summary)],
+            "unreachable": [unreachable_doc(u) for u in unreachable_destinations(workers, summary)],
             "counters": summary.counters,
         }
 
