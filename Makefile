@@ -12,14 +12,18 @@ JAVA_PACKAGE := default-jre-headless
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
 # packages, each installed only when missing; the tests also get Chromium and its chromedriver (the web
-# console's browser tests), which running dataq does not need. policy-rc.d keeps apt from starting a
-# system-wide redis-server that nobody asked for.
+# console's browser tests), and systemd-nspawn with Debian's own Python venv (the units' tests boot systemd in a
+# container, with dataq in a virtualenv there), which running dataq does not need. policy-rc.d keeps apt from
+# starting a system-wide redis-server that nobody asked for.
 system-deps:
 	@missing=""; \
 	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$(TEST_DEPS)" ]; then \
 		[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 		[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
+		[ -x /usr/lib/systemd/systemd ] || missing="$$missing systemd"; \
+		command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
+		/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	fi; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
@@ -73,6 +77,7 @@ clean:
 DESTDIR ?=
 DATAQ_BIN ?= /usr/local/bin/dataq
 UNIT_DIR ?= /etc/systemd/system
+GENERATOR_DIR ?= /etc/systemd/system-generators
 SYSUSERS_DIR ?= /etc/sysusers.d
 CONFIG_DIR ?= /etc/dataq
 UNIT_FILES := $(wildcard systemd/*.service systemd/*.target)
@@ -81,12 +86,17 @@ ROOT_SUDO := $(if $(DESTDIR),,$(SUDO))
 .PHONY: install-systemd check-systemd
 
 install-systemd:
-	$(ROOT_SUDO) install -d -m 0755 $(DESTDIR)$(UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(CONFIG_DIR)
+	$(ROOT_SUDO) install -d -m 0755 $(DESTDIR)$(UNIT_DIR) $(DESTDIR)$(GENERATOR_DIR) $(DESTDIR)$(SYSUSERS_DIR) \
+		$(DESTDIR)$(CONFIG_DIR)
 	@for unit in $(UNIT_FILES); do \
 		echo "installing $(DESTDIR)$(UNIT_DIR)/$${unit#systemd/}"; \
 		sed 's|/usr/local/bin/dataq|$(DATAQ_BIN)|g' "$$unit" | \
 			$(ROOT_SUDO) install -m 0644 /dev/stdin "$(DESTDIR)$(UNIT_DIR)/$${unit#systemd/}" || exit 1; \
 	done
+	@# The generator makes dataq.target want the daemons of every queue in the settings (README).
+	@echo "installing $(DESTDIR)$(GENERATOR_DIR)/dataq-generator"; \
+	sed 's|/usr/local/bin/dataq|$(DATAQ_BIN)|g' systemd/dataq-generator | \
+		$(ROOT_SUDO) install -m 0755 /dev/stdin "$(DESTDIR)$(GENERATOR_DIR)/dataq-generator"
 	$(ROOT_SUDO) install -m 0644 systemd/dataq.sysusers $(DESTDIR)$(SYSUSERS_DIR)/dataq.conf
 	@if [ -z "$(DESTDIR)" ]; then \
 		if command -v systemd-sysusers >/dev/null 2>&1; then $(SUDO) systemd-sysusers $(SYSUSERS_DIR)/dataq.conf; \
@@ -99,7 +109,7 @@ install-systemd:
 		[ -n "$(DESTDIR)" ] || $(SUDO) chgrp dataq $(CONFIG_DIR)/dataq.toml; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then $(SUDO) systemctl daemon-reload; fi
 	@[ -n "$(DESTDIR)" ] || [ -x "$(DATAQ_BIN)" ] || echo "warning: $(DATAQ_BIN) does not exist; install dataq there or pass DATAQ_BIN=..."
-	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml, then systemctl enable --now dataq dataq-push@QUEUE dataq-pop@QUEUE [dataq-web]"
+	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml (its queues), then: systemctl enable --now dataq"
 
 # check-systemd stages exactly what install-systemd installs, with DATAQ_BIN set to this virtualenv's dataq:
 # systemd-analyze verify refuses a unit whose ExecStart= binary is missing, and its --root= does not apply to
@@ -116,6 +126,6 @@ check-systemd: install
 		echo "$$output"; echo "check-systemd: systemd-analyze verify printed the above (exit status $$status)"; exit 1; \
 	fi; \
 	echo "systemd-analyze verify: $(words $(UNIT_FILES)) units, no warning"; \
-	for unit in $(filter-out dataq.service,$(notdir $(filter %.service,$(UNIT_FILES)))); do \
+	for unit in $(notdir $(filter %.service,$(UNIT_FILES))); do \
 		systemd-analyze security --offline=yes --no-pager "$$unit" 2>&1 | grep -F 'Overall exposure' || exit 1; \
 	done

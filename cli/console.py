@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from dataq.config import Settings
+from dataq.config import Settings, describe_source
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
 from dataq.logs import configure_logging
@@ -105,7 +105,8 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
                 "see the replicas with --info and where the records are with --list")
     cause = exc.__cause__ or exc
     hint = "" if explicit_url or not settings.redis.embedded else "; is `dataq run` running?"
-    return f"Redis is unavailable at {url}: {cause}{hint}"
+    origin = "" if explicit_url else f" (from the {describe_source(settings)})"
+    return f"Redis is unavailable at {url}{origin}: {cause}{hint}"
 
 
 @click.command(

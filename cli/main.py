@@ -243,6 +243,30 @@ def web(config_path: str | None, host: str | None, port: int | None) -> None:
     _run(run_web(settings))
 
 
+@main.command()
+@config_option
+@click.argument("output_dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[NORMAL_DIR [EARLY_DIR LATE_DIR]]")
+def units(config_path: str | None, output_dirs: tuple[str, ...]) -> None:
+    """The systemd units `systemctl start dataq` starts for these settings, one per line (dataq.service runs
+    this: invalid settings fail it). Given a generator's output directories (systemd.generator(7)), make
+    dataq.target want them there instead: systemd/dataq-generator runs this at every daemon-reload."""
+    from dataq.embedded.units import stale_units, suite_units, write_wants
+
+    if len(output_dirs) not in (0, 1, 3):
+        raise click.UsageError(f"give no directory, or a generator's one or three, not {len(output_dirs)}")
+    settings = load_or_exit(config_path)
+    wanted = suite_units(settings)
+    if output_dirs:
+        problems = write_wants(wanted, output_dirs[0])
+        for problem in problems:
+            click.echo(f"dataq-generator: {problem}", err=True)
+        raise SystemExit(EXIT_FAILURE if problems else 0)
+    click.echo("\n".join(["dataq-redis.service", *wanted]))
+    if stale := stale_units(wanted):
+        click.echo(f"warning: the settings changed since systemd last read them ({', '.join(stale)}): run "
+                   "systemctl daemon-reload, then systemctl restart dataq", err=True)
+
+
 @main.command("notify-crash")
 @config_option
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=SEND_TIMEOUT, show_default=True,

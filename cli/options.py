@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from dataq.config import Settings, load_settings
+from dataq.config import SYSTEM_CONFIG, Settings, load_settings
 from dataq.errors import DataqError
 from dataq.logs import LOG_LEVELS
 
@@ -33,7 +33,8 @@ def config_option(func: F) -> F:
         "config_path",
         type=click.Path(dir_okay=False),
         default=None,
-        help="Settings file (TOML). Default: $DATAQ_CONFIG, else built-in defaults.",
+        help=f"Settings file (TOML). Default: $DATAQ_CONFIG, else {SYSTEM_CONFIG} if it exists, else built-in "
+             "defaults.",
     )(func)
 
 

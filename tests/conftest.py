@@ -16,10 +16,17 @@ from typing import Any
 import pytest
 import redis
 
+# No test reads the settings of the machine it runs on ($DATAQ_CONFIG, /etc/dataq/dataq.toml): set and empty, the
+# variable means built-in settings wherever a test names no file. Its child processes inherit it.
+os.environ["DATAQ_CONFIG"] = ""
+
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 
-pytest_plugins = ["tests.push_support", "tests.cli_support", "tests.replica_support", "tests.sentinel_support"]
+pytest_plugins = [
+    "tests.push_support", "tests.cli_support", "tests.replica_support", "tests.sentinel_support",
+    "tests.systemd_support",
+]
 
 OTHER_OS = "another operating system: "
 """Starts the reason of the one kind of skip that CI accepts."""

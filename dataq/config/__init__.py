@@ -19,6 +19,7 @@ from dataq.config.schema import (
     CONFIG_ENV,
     DEFAULT_QUEUE,
     ENV_OVERRIDES,
+    SYSTEM_CONFIG,
     EventSettings,
     LogSettings,
     PopSettings,
@@ -26,7 +27,9 @@ from dataq.config.schema import (
     QueueSettings,
     Settings,
     default_data_dir,
+    describe_source,
     load_settings,
+    settings_file,
 )
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "ENV_OVERRIDES",
     "MAX_PORT",
     "REDIS_URL_SCHEMES",
+    "SYSTEM_CONFIG",
     "EventSettings",
     "LogSettings",
     "MailSettings",
@@ -48,7 +52,9 @@ __all__ = [
     "Settings",
     "WebSettings",
     "default_data_dir",
+    "describe_source",
     "load_options",
     "load_settings",
     "parse_host_port",
+    "settings_file",
 ]

@@ -1,7 +1,8 @@
 """Settings: one TOML file plus environment overrides, loaded into frozen dataclasses and validated.
 
-:func:`load_settings` reads the file given, else ``$DATAQ_CONFIG`` ("" = none), else none (all defaults), then
-applies these overrides, each validated like the key it sets (errors name the variable):
+:func:`load_settings` reads the file given (``--config``), else ``$DATAQ_CONFIG`` ("" = none at all), else the
+system's ``/etc/dataq/dataq.toml`` when it exists, else none (all defaults), then applies these overrides, each
+validated like the key it sets (errors name the variable):
 
 ``DATAQ_REDIS_URL`` -> ``redis.url`` ("" = embedded redis-server), ``DATAQ_DATA_DIR`` -> ``data_dir``,
 ``DATAQ_LOG_DIR`` -> ``log.dir``, ``DATAQ_LOG_LEVEL`` -> ``log.level``, ``DATAQ_PUSH_HOST`` -> ``push.host``,
@@ -50,7 +51,10 @@ from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
 from dataq.record import DEFAULT_CHECKSUM_PATTERN, RecordRules
 
 CONFIG_ENV = "DATAQ_CONFIG"
-"""Names the settings file when :func:`load_settings` gets no path."""
+"""Names the settings file when :func:`load_settings` gets no path; set and empty, no file is read at all."""
+SYSTEM_CONFIG = "/etc/dataq/dataq.toml"
+"""The system's settings file (``make install-systemd`` installs it, the units name it), read when neither
+``--config`` nor ``$DATAQ_CONFIG`` names one: so ``dataq-cli --summary`` on a host run by systemd finds its Redis."""
 ENV_OVERRIDES: Mapping[str, str] = MappingProxyType({
     "DATAQ_REDIS_URL": "redis.url", "DATAQ_DATA_DIR": "data_dir", "DATAQ_LOG_DIR": "log.dir",
     "DATAQ_LOG_LEVEL": "log.level", "DATAQ_PUSH_HOST": "push.host", "DATAQ_PUSH_PORT": "push.port",
@@ -332,21 +336,49 @@ class Settings(Section):
         return self.push.port if port is None else port
 
 
+def settings_file(
+    path: str | os.PathLike[str] | None, environ: Mapping[str, str], system_config: str = SYSTEM_CONFIG
+) -> str | None:
+    """The settings file to read: ``path`` (``--config``), else ``$DATAQ_CONFIG`` (set and empty: none), else
+    ``system_config`` when it exists, else None (built-in defaults)."""
+    if path is not None:
+        return os.fspath(path)
+    if CONFIG_ENV in environ:
+        return environ[CONFIG_ENV] or None
+    return system_config if os.path.exists(system_config) else None
+
+
+def describe_source(settings: Settings) -> str:
+    """Where ``settings`` came from, for a message that must say which settings it acted on."""
+    if settings.source is not None:
+        return f"settings file {settings.source}"
+    return f"built-in settings (no --config, ${CONFIG_ENV} or {SYSTEM_CONFIG})"
+
+
 def load_settings(
     path: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     options: Mapping[tuple[str, ...], tuple[str, object]] | None = None,
+    *,
+    system_config: str = SYSTEM_CONFIG,
 ) -> Settings:
-    """Load the settings file (``path``, else ``$DATAQ_CONFIG``, else none) and apply the environment overrides,
-    then ``options``: the command line's, key path -> (option, value), e.g. ``{("push", "port"): ("--port", 9000)}``
+    """Load the settings file (:func:`settings_file` picks it) and apply the environment overrides, then
+    ``options``: the command line's, key path -> (option, value), e.g. ``{("push", "port"): ("--port", 9000)}``
     (a path, not a dotted key, as a queue's name may hold a dot).
 
     Each override is checked as the key it sets. Raises ConfigError naming the file, variable or option, the key
     and the problem.
     """
     env = os.environ if environ is None else environ
-    source = os.fspath(path) if path is not None else (env.get(CONFIG_ENV) or None)
-    raw = {} if source is None else read_toml(source)
+    source = settings_file(path, env, system_config)
+    try:
+        raw = {} if source is None else read_toml(source)
+    except ConfigError as exc:
+        if path is not None or CONFIG_ENV in env:
+            raise
+        # Found by default, not asked for: say how to do without it (a user who may not read the system's file).
+        raise ConfigError(f"{exc} (read by default; name another with --config FILE, or none with "
+                          f"{CONFIG_ENV}=)") from exc
     raw.setdefault("data_dir", default_data_dir(env))
     overrides: list[tuple[tuple[str, ...], object, str]] = [
         (tuple(key.split(".")), env[variable], f"environment variable {variable}")

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataq.config import Settings
+from dataq.config import CONFIG_ENV, Settings
 from dataq.embedded.locate import RedisHandle
 from dataq.logs import get_logger
 from dataq.runtime.backoff import Backoff
@@ -65,16 +65,20 @@ def daemon_argv(command: str, queue: str | None, config: str | None) -> list[str
     return argv
 
 
-def plan_children(settings: Settings) -> list[Child]:
-    """A push daemon and a pop daemon for every configured queue, and the web console unless ``[web] enabled``
-    is false."""
-    children = []
-    for name in settings.queues:
-        for command in ("push", "pop"):
-            children.append(Child(f"{command}:{name}", daemon_argv(command, name, settings.source)))
+def suite_daemons(settings: Settings) -> list[tuple[str, str | None]]:
+    """What the suite runs besides Redis, as (command, queue or None): a push daemon and a pop daemon for every
+    configured queue, and the web console unless ``[web] enabled`` is false. ``dataq run`` starts them as its
+    children, the systemd generator (:mod:`dataq.embedded.units`) as units."""
+    daemons: list[tuple[str, str | None]] = [(command, name) for name in settings.queues for command in ("push", "pop")]
     if settings.web.enabled:
-        children.append(Child("web", daemon_argv("web", None, settings.source)))
-    return children
+        daemons.append(("web", None))
+    return daemons
+
+
+def plan_children(settings: Settings) -> list[Child]:
+    """A child for each of :func:`suite_daemons`."""
+    return [Child(command if queue is None else f"{command}:{queue}", daemon_argv(command, queue, settings.source))
+            for command, queue in suite_daemons(settings)]
 
 
 async def _keep_alive(child: Child, env: dict[str, str], stop: asyncio.Event) -> None:
@@ -136,8 +140,8 @@ async def run_suite(
     if redis_address(settings) is None:
         # Daemons attach to the very server this process found or started; sentinels they read from the settings.
         env["DATAQ_REDIS_URL"] = redis.url
-    if settings.source is not None:
-        env["DATAQ_CONFIG"] = settings.source
+    # The very file this runner read, or none at all: a child must not find another by the default lookup.
+    env[CONFIG_ENV] = settings.source or ""
     _announce(settings, redis.url, owned=redis.owned is not None)
     supervisor = Supervisor(stop)
     for child in plan:

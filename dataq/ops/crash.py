@@ -15,6 +15,7 @@ from dataq.config import MailSettings, Settings
 from dataq.logs import get_logger
 from dataq.ops.mail import MailNotifier
 from dataq.ops.notices import Notice, crashed_notice
+from dataq.runtime.systemd import unescape_instance
 
 SEND_TIMEOUT = 60.0
 """Seconds spent trying to deliver (with retries), within the 90 s systemd gives a oneshot unit by default."""
@@ -28,9 +29,10 @@ log = get_logger()
 
 
 def queue_of_unit(unit: str) -> str | None:
-    """The queue a dataq unit serves: its instance name (``dataq-pop@transfer.service`` -> ``transfer``)."""
+    """The queue a dataq unit serves: its instance name, unescaped (``dataq-pop@transfer.service`` ->
+    ``transfer``, ``dataq-pop@raw\\x2ddata.service`` -> ``raw-data``)."""
     _, at, instance = unit.removesuffix(".service").partition("@")
-    return instance if at and instance else None
+    return unescape_instance(instance) if at and instance else None
 
 
 def notice_from_environment(unit: str, environ: Mapping[str, str]) -> Notice:

@@ -9,6 +9,11 @@ logs the traceback and sets the daemon's stop event, the daemon shuts down as it
 non-zero (:attr:`Supervisor.failed`), and systemd (or ``dataq run``) starts it afresh. A loop that returns, or
 is cancelled, before it was told to stop has stopped unexpectedly, and counts as failed too.
 
+What runs outside the supervised loops (a task nobody awaits, a callback, a connection handler) fails out of
+sight: asyncio only logs it, and the daemon would run on without that part, or hang on it. So a supervisor also
+takes the event loop's unhandled errors (``loop.set_exception_handler``): one that is a bug stops the daemon the
+same way. A lost connection (OSError) or a condition dataq reported (DataqError) is only logged, as asyncio would.
+
 :class:`Pulse` is how a main loop proves to systemd's watchdog that it still turns (:mod:`dataq.runtime.systemd`).
 """
 
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
@@ -45,6 +51,7 @@ class Supervisor:
         self.failed: str | None = None
         """The name of the first task that failed of a bug (None while all are well)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._watched: asyncio.AbstractEventLoop | None = None
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -52,6 +59,10 @@ class Supervisor:
 
     def start(self, name: str, body: Body, *, until: asyncio.Event | None = None) -> asyncio.Task[None]:
         """Run ``body`` as task ``name`` until ``until`` (default: the stop event) is set, or it is cancelled."""
+        loop = asyncio.get_running_loop()
+        if self._watched is not loop:
+            self._watched = loop
+            loop.set_exception_handler(self._unhandled)
         task = asyncio.create_task(self._run(name, body, until or self.stop), name=name)
         self._tasks.append(task)
         return task
@@ -88,6 +99,16 @@ class Supervisor:
             await backoff.wait(until)
             if until.is_set():
                 return
+
+    def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The loop's exception handler: an error nothing awaited or caught (see the module docstring)."""
+        error = context.get("exception")
+        if not isinstance(error, Exception) or isinstance(error, (OSError, DataqError)) or self.stop.is_set():
+            loop.default_exception_handler(context)
+            return
+        source = context.get("task") or context.get("future")
+        name = source.get_name() if isinstance(source, asyncio.Task) else str(context.get("message", "a callback"))
+        self._fail(name, "failed outside the supervised tasks", error)
 
     def _fail(self, name: str, what: str, error: Exception | None) -> None:
         log.error(f"background task {what}; stopping the daemon", task=name, exc_info=error)

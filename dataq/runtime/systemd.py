@@ -123,3 +123,33 @@ def _socket_address(value: str) -> str | None:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def escape_instance(name: str) -> str:
+    """``name`` as a unit's instance name, escaped as ``systemd-escape`` does, so that ``%I`` gives it back: a
+    queue named ``raw-data`` is ``dataq-push@raw\\x2ddata.service`` (an unescaped ``-`` in an instance means ``/``)."""
+    escaped = []
+    for position, char in enumerate(name):
+        if char.isascii() and (char.isalnum() or char == "_" or (char == "." and position > 0)):
+            escaped.append(char)
+        elif char == "/":
+            escaped.append("-")
+        else:
+            escaped.append("".join(f"\\x{byte:02x}" for byte in char.encode()))
+    return "".join(escaped)
+
+
+def unescape_instance(instance: str) -> str:
+    """What ``%I`` makes of an instance name (``systemd-escape --unescape``): the inverse of :func:`escape_instance`."""
+    unescaped = bytearray()
+    position = 0
+    while position < len(instance):
+        code = instance[position + 2:position + 4]
+        if instance.startswith("\\x", position) and len(code) == 2 and all(c in "0123456789abcdefABCDEF" for c in code):
+            unescaped.append(int(code, 16))
+            position += 4
+            continue
+        unescaped += b"/" if instance[position] == "-" else instance[position].encode()
+        position += 1
+    return unescaped.decode(errors="replace")
+

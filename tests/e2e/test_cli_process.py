@@ -138,7 +138,8 @@ def test_an_unreachable_redis_exits_4_with_one_line_on_stderr(tmp_path: Path) ->
     result = run(write_config(tmp_path, url), "--summary")
     assert result.returncode == EXIT_UNAVAILABLE
     assert result.stdout == ""
-    assert result.stderr.startswith(f"Error: Redis is unavailable at {url}: ") and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"Error: Redis is unavailable at {url} (from the settings file {tmp_path}/")
+    assert result.stderr.count("\n") == 1
 
 
 def test_health_exit_status_tells_a_monitor_whether_the_daemons_are_alive(config: Path, redis_url: str) -> None:

@@ -128,20 +128,33 @@ def test_an_unreachable_configured_redis_exits_with_the_unavailable_status(tmp_p
     url = f"redis://127.0.0.1:{free_port()}"
     result = CliRunner().invoke(main, ["--config", str(write_config(tmp_path, url)), "--summary"])
     line = refused(result, EXIT_UNAVAILABLE)
-    assert line.startswith(f"Error: Redis is unavailable at {url}: ") and "dataq run" not in line
+    assert line.startswith(f"Error: Redis is unavailable at {url} (from the settings file {tmp_path}/")
+    assert "dataq run" not in line
 
 
 def test_an_embedded_redis_that_is_not_running_points_at_dataq_run(tmp_path: Path) -> None:
     config_file = tmp_path / "dataq.toml"
     config_file.write_text(f'data_dir = "{tmp_path / "d"}"\n')
     line = refused(CliRunner().invoke(main, ["--config", str(config_file), "-l", "active"]), EXIT_UNAVAILABLE)
-    assert line.startswith(f"Error: Redis is unavailable at unix://{tmp_path / 'd' / 'redis.sock'}: ")
+    assert line.startswith(f"Error: Redis is unavailable at unix://{tmp_path / 'd' / 'redis.sock'} "
+                           f"(from the settings file {config_file}): ")
     assert line.endswith("; is `dataq run` running?")
+
+
+def test_an_unreachable_redis_of_the_built_in_settings_says_no_settings_file_was_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATAQ_CONFIG", "")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    line = refused(CliRunner().invoke(main, ["--summary"]), EXIT_UNAVAILABLE)
+    assert line.startswith(f"Error: Redis is unavailable at unix://{tmp_path / 'dataq' / 'redis.sock'} (from the "
+                           "built-in settings (no --config, $DATAQ_CONFIG or /etc/dataq/dataq.toml)): ")
 
 
 def test_redis_option_overrides_the_configured_url(cli: Cli) -> None:
     url = f"redis://127.0.0.1:{free_port()}"
-    assert refused(cli("--redis", url, "--info"), EXIT_UNAVAILABLE).startswith(f"Error: Redis is unavailable at {url}")
+    line = refused(cli("--redis", url, "--info"), EXIT_UNAVAILABLE)
+    assert line.startswith(f"Error: Redis is unavailable at {url}: ")  # the option's URL: no settings file named
 
 
 def test_health_reports_an_unreachable_redis_as_unhealthy(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_a_long_detail_is_cut_in_the_mail() -> None:
 
 @pytest.mark.parametrize(
     ("unit", "queue"),
-    [("dataq-pop@transfer.service", "transfer"), ("dataq-push@a.b-c", "a.b-c"), ("dataq-redis.service", None)],
+    [("dataq-pop@transfer.service", "transfer"), ("dataq-push@a.b\\x2dc", "a.b-c"), ("dataq-redis.service", None)],
 )
 def test_the_queue_of_a_unit_is_its_instance_name(unit: str, queue: str | None) -> None:
     assert queue_of_unit(unit) == queue

@@ -21,6 +21,7 @@ from dataq.config import (
     Settings,
     default_data_dir,
     load_settings,
+    settings_file,
 )
 from dataq.errors import ConfigError
 from dataq.record import DEFAULT_CHECKSUM_PATTERN
@@ -112,6 +113,31 @@ def test_an_explicit_path_wins_over_dataq_config(tmp_path: Path) -> None:
 
 def test_empty_dataq_config_means_no_file() -> None:
     assert load_settings(environ={**ENV, "DATAQ_CONFIG": ""}).source is None
+
+
+def test_the_system_settings_file_is_read_when_no_other_is_named(tmp_path: Path) -> None:
+    system = write(tmp_path, "[push]\nport = 7003\n", "system.toml")
+    settings = load_settings(environ=ENV, system_config=str(system))
+    assert settings.source == str(system) and settings.push.port == 7003
+
+
+def test_the_lookup_order_is_config_option_then_dataq_config_then_the_system_file(tmp_path: Path) -> None:
+    chosen = write(tmp_path, "", "chosen.toml")
+    named = write(tmp_path, "", "named.toml")
+    system = write(tmp_path, "", "system.toml")
+    assert settings_file(chosen, {"DATAQ_CONFIG": str(named)}, str(system)) == str(chosen)
+    assert settings_file(None, {"DATAQ_CONFIG": str(named)}, str(system)) == str(named)
+    assert settings_file(None, {}, str(system)) == str(system)
+    assert settings_file(None, {"DATAQ_CONFIG": ""}, str(system)) is None
+    assert settings_file(None, {}, str(tmp_path / "absent.toml")) is None
+
+
+def test_an_unreadable_system_file_says_how_to_do_without_it(tmp_path: Path) -> None:
+    system = tmp_path / "dataq.toml"
+    system.mkdir()  # exists, and cannot be read as a file (even by root)
+    with pytest.raises(ConfigError, match=rf"^{system}: cannot read the settings file: .* \(read by default; name "
+                       r"another with --config FILE, or none with DATAQ_CONFIG=\)$"):
+        load_settings(environ=ENV, system_config=str(system))
 
 
 def test_file_values_replace_defaults_and_keep_queue_order(tmp_path: Path) -> None:

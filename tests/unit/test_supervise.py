@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 from structlog.testing import capture_logs
@@ -120,6 +121,50 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+async def test_a_task_nobody_awaits_that_fails_of_a_bug_stops_the_daemon_too() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    supervisor.start("waiting", stop.wait)
+
+    async def forgotten() -> None:
+        raise RuntimeError("a bug out of sight")
+
+    with capture_logs() as logs:
+        task = asyncio.get_running_loop().create_task(forgotten(), name="forgotten")
+        await asyncio.sleep(0)
+        del task  # its error never retrieved: asyncio reports it when the task is freed
+        gc.collect()
+        await asyncio.wait_for(stop.wait(), 5)
+    assert supervisor.failed == "forgotten"
+    failure = next(entry for entry in logs if entry["log_level"] == "error")
+    assert failure["event"] == "background task failed outside the supervised tasks; stopping the daemon"
+    assert str(failure["exc_info"]) == "a bug out of sight"
+
+
+async def test_a_callback_that_fails_of_a_bug_stops_the_daemon() -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    supervisor.start("waiting", stop.wait)
+
+    def callback() -> None:
+        raise KeyError("missing")
+
+    asyncio.get_running_loop().call_soon(callback)
+    await asyncio.wait_for(stop.wait(), 5)
+    assert supervisor.failed is not None and "callback" in supervisor.failed.lower()
+
+
+@pytest.mark.parametrize("error", [ConnectionResetError("peer went away"), StoreUnavailable("Redis is down")])
+async def test_a_lost_connection_or_an_outage_out_of_sight_is_only_logged(error: Exception) -> None:
+    stop = asyncio.Event()
+    supervisor = Supervisor(stop)
+    supervisor.start("waiting", stop.wait)
+    asyncio.get_running_loop().call_exception_handler({"message": "Fatal error on transport", "exception": error})
+    await asyncio.sleep(0.01)
+    assert not stop.is_set() and supervisor.failed is None
+    stop.set()
 
 
 def test_a_pulse_is_alive_while_its_loop_turns_or_rests_and_stalled_otherwise() -> None:

@@ -58,7 +58,7 @@ def test_every_daemon_notifies_systemd_restarts_on_failure_and_runs_as_dataq(nam
     assert one(unit, "Unit", "PartOf") == "dataq.target"
 
 
-@pytest.mark.parametrize("name", [*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service"])
+@pytest.mark.parametrize("name", [*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service", "dataq.service"])
 def test_every_service_is_hardened(name: str) -> None:
     unit = parse(name)
     assert {key: one(unit, "Service", key) for key in HARDENING} == HARDENING
@@ -70,9 +70,10 @@ def test_every_service_is_hardened(name: str) -> None:
 def test_queue_daemons_are_templates_whose_instance_is_the_queue(role: str) -> None:
     unit = parse(f"dataq-{role}@.service")
     assert shlex.split(one(unit, "Service", "ExecStart")) == [
-        "/usr/local/bin/dataq", role, "--config", "/etc/dataq/dataq.toml", "--queue", "%i"]
+        "/usr/local/bin/dataq", role, "--config", "/etc/dataq/dataq.toml", "--queue", "%I"]  # %I: unescaped
     assert one(unit, "Install", "WantedBy") == "dataq.target"
-    assert "dataq-redis.service" in one(unit, "Unit", "After").split()
+    assert {"dataq-redis.service", "dataq.service"} <= set(one(unit, "Unit", "After").split())
+    assert one(unit, "Service", "RestartPreventExitStatus") == "3"  # invalid settings: no restart loop
 
 
 def test_the_pop_daemon_gets_more_time_to_stop_than_its_grace_period() -> None:
@@ -82,10 +83,19 @@ def test_the_pop_daemon_gets_more_time_to_stop_than_its_grace_period() -> None:
 
 def test_systemctl_start_dataq_starts_the_target_and_stopping_it_stops_the_suite() -> None:
     handle, target = parse("dataq.service"), parse("dataq.target")
-    assert one(handle, "Unit", "Wants") == "dataq.target"
+    assert one(handle, "Unit", "Wants").split() == ["dataq.target", "dataq-redis.service"]
+    assert one(handle, "Unit", "Before").split() == ["dataq.target", "dataq-redis.service"]  # it stops last
+    assert shlex.split(one(handle, "Service", "ExecStart"))[1:] == ["units", "--config", "/etc/dataq/dataq.toml"]
     assert one(handle, "Install", "WantedBy") == "multi-user.target"
     assert one(target, "Unit", "PartOf") == "dataq.service"
     assert "dataq-redis.service" in one(target, "Unit", "Wants").split()
+
+
+def test_the_generator_runs_dataq_units_on_the_system_settings() -> None:
+    lines = (SYSTEMD / "dataq-generator").read_text().splitlines()
+    assert lines[0] == "#!/bin/sh"
+    assert lines[-1] == 'exec /usr/local/bin/dataq units --config /etc/dataq/dataq.toml "$@"'
+    assert (SYSTEMD / "dataq-generator").stat().st_mode & 0o111
 
 
 def test_the_failure_hook_is_a_oneshot_mailing_about_its_instance() -> None:
@@ -107,7 +117,7 @@ def test_every_dataq_command_a_unit_runs_exists() -> None:
     from dataq.cli.main import main
 
     used = {shlex.split(one(parse(name), "Service", "ExecStart"))[1]
-            for name in (*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service")}
+            for name in (*DAEMONS, "dataq-notify-failure@.service", "dataq-web.service", "dataq.service")}
     assert used <= set(main.commands), f"missing: {sorted(used - set(main.commands))}"
 
 

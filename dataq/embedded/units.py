@@ -1,0 +1,83 @@
+"""The suite as systemd units: what ``systemctl start dataq`` starts, derived from the settings by a generator.
+
+systemd runs every generator (systemd.generator(7)) at boot and at each ``systemctl daemon-reload``, before it
+loads the units. dataq's (``systemd/dataq-generator``, which runs ``dataq units``) reads the system's settings
+and makes ``dataq.service`` and ``dataq.target`` want the daemons the suite runs
+(:func:`dataq.embedded.suite.suite_daemons`): ``dataq-push@QUEUE`` and ``dataq-pop@QUEUE`` for every queue, and
+``dataq-web`` unless ``[web] enabled = false``. These are symlinks in the generator's output directory, as
+``systemctl enable`` would make under /etc, but made afresh from the settings at every reload: adding or removing
+a queue is an edit and a ``daemon-reload``, and no instance is enabled by hand. Both units want
+``dataq-redis.service`` in their own files; it does nothing when Redis is not embedded.
+
+``dataq.service`` wants the daemons itself, not only through the target, because systemd pulls in what a unit
+wants when the unit is started while already active only one level deep: ``systemctl start dataq`` after a
+reload that added a queue starts that queue's daemons.
+
+A generator runs before anything else is up and must not wait or fail the boot: this one reads one file and
+writes symlinks. Settings it cannot load are reported on stderr, which the journal keeps, and nothing is wanted;
+``dataq.service`` runs ``dataq units`` too, so ``systemctl start dataq`` then fails with the same error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from dataq.config import Settings
+from dataq.embedded.suite import suite_daemons
+from dataq.runtime.systemd import escape_instance
+
+SUITE_UNITS = ("dataq.service", "dataq.target")
+"""The units that want every daemon of the suite: ``systemctl start dataq``, and the target that groups them."""
+UNIT_DIRS = ("/etc/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+"""Where an administrator's or a package's unit files live (systemd.unit(5)), searched for the templates."""
+GENERATED_DIR = "/run/systemd/generator"
+"""The generators' normal output directory, where the units wanted at the last reload are."""
+
+
+def suite_units(settings: Settings) -> list[str]:
+    """The units ``dataq.target`` wants for ``settings``, besides ``dataq-redis.service``."""
+    return [f"dataq-{command}.service" if queue is None else f"dataq-{command}@{escape_instance(queue)}.service"
+            for command, queue in suite_daemons(settings)]
+
+
+def template_of(unit: str) -> str:
+    """The unit file ``unit`` is loaded from: its template for an instance."""
+    prefix, at, rest = unit.partition("@")
+    return f"{prefix}@{rest[rest.rindex('.'):]}" if at else unit
+
+
+def write_wants(units: Sequence[str], output_dir: str | os.PathLike[str],
+                unit_dirs: Sequence[str] = UNIT_DIRS) -> list[str]:
+    """Make the suite's units want ``units`` in a generator's ``output_dir``; returns the problems (a unit whose
+    file is in none of ``unit_dirs`` is left out, and named)."""
+    problems = []
+    found: dict[str, Path] = {}
+    for unit in units:
+        template = template_of(unit)
+        path = next((Path(d) / template for d in unit_dirs if (Path(d) / template).is_file()), None)
+        if path is None:
+            problems.append(f"{template} is in none of {', '.join(unit_dirs)}: {unit} is not started "
+                            "(make install-systemd installs it)")
+        else:
+            found[unit] = path
+    for suite_unit in SUITE_UNITS:
+        wants = Path(output_dir) / f"{suite_unit}.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        for unit, path in found.items():
+            link = wants / unit
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(path)
+    return problems
+
+
+def stale_units(units: Sequence[str], generated_dir: str | os.PathLike[str] = GENERATED_DIR) -> list[str]:
+    """Of ``units``, those the last generator run did not make wanted, or the other way round: the settings
+    changed since the last ``systemctl daemon-reload``. Empty when nothing was generated at all (no systemd)."""
+    wants = Path(generated_dir) / f"{SUITE_UNITS[0]}.wants"
+    if not wants.is_dir():
+        return []
+    generated = {entry.name for entry in wants.iterdir()}
+    return sorted(generated.symmetric_difference(units))

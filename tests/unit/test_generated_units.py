@@ -1,0 +1,101 @@
+"""The systemd generator's half in Python (:mod:`dataq.embedded.units`): which units the settings make
+``systemctl start dataq`` start, named as systemd names them. The real generator under real systemd is tested in
+``tests/e2e/test_systemd.py``."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dataq.cli.main import main
+from dataq.config import load_settings
+from dataq.embedded.units import SUITE_UNITS, stale_units, suite_units, template_of, write_wants
+from dataq.runtime.systemd import escape_instance, unescape_instance
+
+SETTINGS = """\
+[queues.transfer]
+[queues.raw-data]
+push_port = 9989
+"""
+
+
+def settings_file(tmp_path: Path, text: str = SETTINGS) -> Path:
+    path = tmp_path / "dataq.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["transfer", "raw-data", ".hidden", "a.b_c-1", "x y", "é"])
+def test_an_instance_name_is_escaped_as_systemd_escape_does_and_back(name: str) -> None:
+    expected = subprocess.run(["systemd-escape", name], capture_output=True, text=True, check=True).stdout.strip()
+    assert escape_instance(name) == expected
+    assert unescape_instance(expected) == name
+
+
+def test_the_suite_is_a_push_and_a_pop_daemon_per_queue_and_the_web_console(tmp_path: Path) -> None:
+    settings = load_settings(settings_file(tmp_path), environ={})
+    assert suite_units(settings) == [
+        "dataq-push@transfer.service", "dataq-pop@transfer.service",
+        "dataq-push@raw\\x2ddata.service", "dataq-pop@raw\\x2ddata.service", "dataq-web.service"]
+
+
+def test_a_disabled_web_console_is_not_started(tmp_path: Path) -> None:
+    settings = load_settings(settings_file(tmp_path, SETTINGS + "[web]\nenabled = false\n"), environ={})
+    assert "dataq-web.service" not in suite_units(settings)
+
+
+def test_an_instance_is_loaded_from_its_template() -> None:
+    assert template_of("dataq-push@raw\\x2ddata.service") == "dataq-push@.service"
+    assert template_of("dataq-web.service") == "dataq-web.service"
+
+
+def test_the_generator_makes_both_suite_units_want_every_daemon(tmp_path: Path) -> None:
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    for template in ("dataq-push@.service", "dataq-pop@.service", "dataq-web.service"):
+        (unit_dir / template).touch()
+    wanted = ["dataq-push@transfer.service", "dataq-pop@transfer.service", "dataq-web.service"]
+    assert write_wants(wanted, tmp_path / "out", unit_dirs=[str(tmp_path / "elsewhere"), str(unit_dir)]) == []
+    for suite_unit in SUITE_UNITS:
+        links = {link.name: link.readlink() for link in (tmp_path / "out" / f"{suite_unit}.wants").iterdir()}
+        assert links == {"dataq-push@transfer.service": unit_dir / "dataq-push@.service",
+                         "dataq-pop@transfer.service": unit_dir / "dataq-pop@.service",
+                         "dataq-web.service": unit_dir / "dataq-web.service"}
+    assert write_wants(wanted, tmp_path / "out", unit_dirs=[str(unit_dir)]) == []  # again, at the next reload
+
+
+def test_a_daemon_whose_unit_file_is_not_installed_is_named_and_left_out(tmp_path: Path) -> None:
+    problems = write_wants(["dataq-push@transfer.service"], tmp_path / "out", unit_dirs=[str(tmp_path)])
+    assert problems == [f"dataq-push@.service is in none of {tmp_path}: dataq-push@transfer.service is not "
+                        "started (make install-systemd installs it)"]
+    assert list((tmp_path / "out" / "dataq.service.wants").iterdir()) == []
+
+
+def test_settings_changed_since_the_last_reload_are_stale(tmp_path: Path) -> None:
+    (tmp_path / "dataq.service.wants").mkdir()
+    (tmp_path / "dataq.service.wants" / "dataq-push@old.service").symlink_to("/dev/null")
+    assert stale_units(["dataq-push@old.service"], tmp_path) == []
+    assert stale_units(["dataq-push@new.service"], tmp_path) == ["dataq-push@new.service", "dataq-push@old.service"]
+    assert stale_units(["dataq-push@new.service"], tmp_path / "no-systemd") == []
+
+
+def test_dataq_units_lists_what_systemctl_start_dataq_starts(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["dataq-redis.service", *suite_units(
+        load_settings(settings_file(tmp_path), environ={}))]
+
+
+def test_dataq_units_fails_on_invalid_settings_naming_the_mistake(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path, "[push]\nprot = 1\n"))])
+    assert result.exit_code == 3
+    assert "unknown key 'push.prot'" in result.stderr
+
+
+def test_dataq_units_refuses_two_output_directories(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path)), "a", "b"])
+    assert result.exit_code == 2
+    assert "give no directory, or a generator's one or three, not 2" in result.stderr
