@@ -109,6 +109,8 @@ install-systemd:
 		[ -n "$(DESTDIR)" ] || $(SUDO) chgrp dataq $(CONFIG_DIR)/dataq.toml; fi
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then $(SUDO) systemctl daemon-reload; fi
 	@[ -n "$(DESTDIR)" ] || [ -x "$(DATAQ_BIN)" ] || echo "warning: $(DATAQ_BIN) does not exist; install dataq there or pass DATAQ_BIN=..."
+	@if ls $(DESTDIR)$(UNIT_DIR)/dataq.target.wants/*@* >/dev/null 2>&1; then \
+		echo "warning: daemons enabled by hand in $(DESTDIR)$(UNIT_DIR)/dataq.target.wants; the generator starts every configured queue now: systemctl disable 'dataq-push@*' 'dataq-pop@*' dataq-web"; fi
 	@[ -n "$(DESTDIR)" ] || echo "next: edit $(CONFIG_DIR)/dataq.toml (its queues), then: systemctl enable --now dataq"
 
 # check-systemd stages exactly what install-systemd installs, with DATAQ_BIN set to this virtualenv's dataq:

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from dataq.config import Settings, describe_source
+from dataq.config import REDIS_URL_ENV, SYSTEM_CONFIG, Settings, describe_source
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
 from dataq.logs import configure_logging
@@ -104,8 +104,15 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
         return (f"the master at {url} made the change, but it was {exc}, so a fail-over could undo it; "
                 "see the replicas with --info and where the records are with --list")
     cause = exc.__cause__ or exc
-    hint = "" if explicit_url or not settings.redis.embedded else "; is `dataq run` running?"
-    origin = "" if explicit_url else f" (from the {describe_source(settings)})"
+    hint = ""
+    if not explicit_url and settings.redis.embedded:
+        hint = "; is `systemctl start dataq` done?" if settings.source == SYSTEM_CONFIG else "; is `dataq run` running?"
+    if explicit_url:
+        origin = ""
+    elif REDIS_URL_ENV in os.environ:
+        origin = f" (from ${REDIS_URL_ENV})"
+    else:
+        origin = f" (from the {describe_source(settings)})"
     return f"Redis is unavailable at {url}{origin}: {cause}{hint}"
 
 

@@ -18,7 +18,7 @@ from dataq.cli.options import (
     loglevel_option,
     queue_option,
 )
-from dataq.config import MAX_PORT, Settings, load_settings
+from dataq.config import MAX_PORT, Settings, describe_source, load_settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging, get_logger
 from dataq.ops.crash import SEND_TIMEOUT
@@ -245,16 +245,32 @@ def web(config_path: str | None, host: str | None, port: int | None) -> None:
 
 @main.command()
 @config_option
+@click.option("--has", "daemon", metavar="DAEMON", default=None,
+              help="Exit 0 if the settings run DAEMON (redis, push:QUEUE, pop:QUEUE or web), else 1: the units' "
+                   "ExecCondition=, so that a daemon of a queue no longer configured is not started.")
 @click.argument("output_dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[NORMAL_DIR [EARLY_DIR LATE_DIR]]")
-def units(config_path: str | None, output_dirs: tuple[str, ...]) -> None:
+def units(config_path: str | None, daemon: str | None, output_dirs: tuple[str, ...]) -> None:
     """The systemd units `systemctl start dataq` starts for these settings, one per line (dataq.service runs
     this: invalid settings fail it). Given a generator's output directories (systemd.generator(7)), make
-    dataq.target want them there instead: systemd/dataq-generator runs this at every daemon-reload."""
-    from dataq.embedded.units import stale_units, suite_units, write_wants
+    dataq.service and dataq.target want them there instead: systemd/dataq-generator runs this at every
+    daemon-reload."""
+    from dataq.embedded.suite import daemon_name, suite_daemons
+    from dataq.embedded.units import prepare_wants, stale_units, suite_units, write_wants
 
     if len(output_dirs) not in (0, 1, 3):
         raise click.UsageError(f"give no directory, or a generator's one or three, not {len(output_dirs)}")
+    if output_dirs:
+        # Before the settings are read: settings that fail to load leave empty wants, which `dataq units`
+        # then reports as changed since the reload, rather than as "no systemd".
+        prepare_wants(output_dirs[0])
     settings = load_or_exit(config_path)
+    if daemon is not None:
+        configured = ["redis", *(daemon_name(command, queue) for command, queue in suite_daemons(settings))]
+        if daemon not in configured:
+            click.echo(f"{daemon} is not in the settings ({describe_source(settings)}), which run: "
+                       f"{', '.join(configured)}; not started", err=True)
+            raise SystemExit(EXIT_FAILURE)
+        return
     wanted = suite_units(settings)
     if output_dirs:
         problems = write_wants(wanted, output_dirs[0])

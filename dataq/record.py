@@ -112,9 +112,17 @@ def check_size(size: object) -> int:
 def _parse_size_text(text: str) -> int:
     if _DIGITS.fullmatch(text) is None:
         if text.startswith("-") and _DIGITS.fullmatch(text[1:]):
-            raise InvalidRecord(f"size {text} is negative")
-        raise InvalidRecord(f"size {text!r} is not a non-negative integer")
+            raise InvalidRecord(f"size {_shortened(text)} is negative")
+        raise InvalidRecord(f"size {_shortened(text)!r} is not a non-negative integer")
+    if len(text.lstrip("0")) > len(str(MAX_SIZE)):
+        # Before int(): Python refuses to convert more than 4,300 digits, with a ValueError, not InvalidRecord.
+        raise InvalidRecord(f"size {_shortened(text)} is larger than {MAX_SIZE}")
     return check_size(int(text))
+
+
+def _shortened(text: str, keep: int = 40) -> str:
+    """``text`` cut for an error reply: a line may be 64 KiB long."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
 def make_record(path: str, checksum: str, size: int, rules: RecordRules = DEFAULT_RULES) -> Record:
@@ -185,8 +193,8 @@ def _parse_line_fully(line: str | bytes, rules: RecordRules) -> Record:
 def _parse_json(text: str, rules: RecordRules) -> Record:
     try:
         obj: Any = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidRecord(f"invalid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # ValueError: a JSON syntax error, or a number of 4,300+ digits
+        raise InvalidRecord(f"invalid JSON: {_shortened(str(exc), 120)}") from exc
     if not isinstance(obj, dict):
         raise InvalidRecord("JSON record must be an object")
     unknown = sorted(set(obj) - JSON_KEYS)

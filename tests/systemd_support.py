@@ -13,6 +13,7 @@ Hand-written rather than a library: no Python package drives nspawn, and these a
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ DATAQ_CLI = f"{VENV_IN_CONTAINER}/bin/dataq-cli"
 BOOT_TIMEOUT = 60.0
 COMMAND_TIMEOUT = 120.0
 POWEROFF_TIMEOUT = 60.0
+BOOTS = itertools.count(1)
 OPERATOR_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
                 "LANG": "C.UTF-8"}
 MACHINE_ID = "5eb3d1a2c4f64b4c9a0f1d2e3c4b5a69\n"
@@ -98,7 +100,8 @@ class SystemdContainer:
                  f"--bind-ro={machine_id}:/etc/machine-id", f"--bind-ro={self.venv}:{VENV_IN_CONTAINER}"]
         with open(self.console_log, "ab") as console:
             self._nspawn = subprocess.Popen(
-                [*NSPAWN, "--boot", "--console=read-only", f"--machine=dataq-test-{os.getpid()}", *binds],
+                [*NSPAWN, "--boot", "--console=read-only", f"--machine=dataq-test-{os.getpid()}-{next(BOOTS)}",
+                 *binds],
                 stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + BOOT_TIMEOUT
         while not self.pid:
@@ -159,6 +162,10 @@ class SystemdContainer:
         """The units matching ``pattern`` not at rest: active, activating, deactivating or reloading."""
         return {unit["unit"] for unit in self._units(pattern) if unit["active"] not in ("inactive", "failed")}
 
+    def failed_units(self, pattern: str = "dataq*") -> set[str]:
+        """The units matching ``pattern`` in the failed state."""
+        return {unit["unit"] for unit in self._units(pattern) if unit["active"] == "failed"}
+
     def _units(self, pattern: str) -> list[dict[str, str]]:
         out = self.systemctl("list-units", "--all", "--plain", "--no-legend", "--output=json", pattern).stdout
         units: list[dict[str, str]] = json.loads(out)
@@ -174,6 +181,15 @@ class SystemdContainer:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
             time.sleep(0.2)
+
+    def journal_cursor(self) -> str:
+        """Where the journal ends now, for :meth:`journal` to read what comes after."""
+        out = self.run("journalctl", "--no-pager", "--lines=0", "--show-cursor").stdout
+        return out.rsplit("-- cursor: ", 1)[1].strip()
+
+    def journal(self, unit: str, after: str) -> str:
+        """What ``unit`` logged since the journal ended at cursor ``after``."""
+        return self.run("journalctl", "--no-pager", "--unit", unit, f"--after-cursor={after}").stdout
 
     def processes(self, name: str) -> list[str]:
         """Command lines of the container's processes whose command line holds ``name``."""
@@ -222,13 +238,16 @@ def booted(work: Path, venv: Path, settings: str, enable: Sequence[str] = ()) ->
     stage_install(stage)
     container = SystemdContainer(work, stage, venv)
     container.settings_file.write_text(settings)
-    container.settings_file.chmod(0o644)
+    container.settings_file.chmod(0o644)  # until the container's sysusers has made the group dataq (below)
     for unit in enable:
         wants = stage / "etc/systemd/system/multi-user.target.wants"
         wants.mkdir(exist_ok=True)
         (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
     try:
         container.boot()
+        # As make install-systemd leaves it on a host: readable by root and the group dataq only.
+        container.run("chgrp", "dataq", "/etc/dataq/dataq.toml")
+        container.run("chmod", "0640", "/etc/dataq/dataq.toml")
         yield container
     finally:
         container.poweroff()

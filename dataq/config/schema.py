@@ -55,8 +55,10 @@ CONFIG_ENV = "DATAQ_CONFIG"
 SYSTEM_CONFIG = "/etc/dataq/dataq.toml"
 """The system's settings file (``make install-systemd`` installs it, the units name it), read when neither
 ``--config`` nor ``$DATAQ_CONFIG`` names one: so ``dataq-cli --summary`` on a host run by systemd finds its Redis."""
+REDIS_URL_ENV = "DATAQ_REDIS_URL"
+"""Overrides ``redis.url``: how ``dataq run`` points its daemons at the server it found or started."""
 ENV_OVERRIDES: Mapping[str, str] = MappingProxyType({
-    "DATAQ_REDIS_URL": "redis.url", "DATAQ_DATA_DIR": "data_dir", "DATAQ_LOG_DIR": "log.dir",
+    REDIS_URL_ENV: "redis.url", "DATAQ_DATA_DIR": "data_dir", "DATAQ_LOG_DIR": "log.dir",
     "DATAQ_LOG_LEVEL": "log.level", "DATAQ_PUSH_HOST": "push.host", "DATAQ_PUSH_PORT": "push.port",
 })
 """Environment variable -> the dotted key it overrides."""

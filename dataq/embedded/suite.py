@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataq.config import CONFIG_ENV, Settings
+from dataq.config import CONFIG_ENV, REDIS_URL_ENV, Settings
 from dataq.embedded.locate import RedisHandle
 from dataq.logs import get_logger
 from dataq.runtime.backoff import Backoff
@@ -75,9 +75,14 @@ def suite_daemons(settings: Settings) -> list[tuple[str, str | None]]:
     return daemons
 
 
+def daemon_name(command: str, queue: str | None) -> str:
+    """How a daemon of the suite is named to a person: ``push:transfer``, ``web``."""
+    return command if queue is None else f"{command}:{queue}"
+
+
 def plan_children(settings: Settings) -> list[Child]:
     """A child for each of :func:`suite_daemons`."""
-    return [Child(command if queue is None else f"{command}:{queue}", daemon_argv(command, queue, settings.source))
+    return [Child(daemon_name(command, queue), daemon_argv(command, queue, settings.source))
             for command, queue in suite_daemons(settings)]
 
 
@@ -139,7 +144,7 @@ async def run_suite(
     env = dict(os.environ)
     if redis_address(settings) is None:
         # Daemons attach to the very server this process found or started; sentinels they read from the settings.
-        env["DATAQ_REDIS_URL"] = redis.url
+        env[REDIS_URL_ENV] = redis.url
     # The very file this runner read, or none at all: a child must not find another by the default lookup.
     env[CONFIG_ENV] = settings.source or ""
     _announce(settings, redis.url, owned=redis.owned is not None)

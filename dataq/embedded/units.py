@@ -15,7 +15,10 @@ reload that added a queue starts that queue's daemons.
 
 A generator runs before anything else is up and must not wait or fail the boot: this one reads one file and
 writes symlinks. Settings it cannot load are reported on stderr, which the journal keeps, and nothing is wanted;
-``dataq.service`` runs ``dataq units`` too, so ``systemctl start dataq`` then fails with the same error.
+``dataq.service`` runs ``dataq units`` too, so ``systemctl start dataq`` then fails with the same error. Each
+daemon's unit asks ``dataq units --has push:QUEUE`` first (``ExecCondition=``): a daemon the settings no longer
+run (a queue removed, the web console disabled, settings that do not load) is skipped, not started to fail, when
+``systemctl restart dataq`` passes the restart on to it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ def template_of(unit: str) -> str:
     return f"{prefix}@{rest[rest.rindex('.'):]}" if at else unit
 
 
+def prepare_wants(output_dir: str | os.PathLike[str]) -> None:
+    """The suite's (empty) wants directories in a generator's ``output_dir``: made before the settings are read,
+    so that settings that fail to load still leave a trace of the generator having run."""
+    for suite_unit in SUITE_UNITS:
+        (Path(output_dir) / f"{suite_unit}.wants").mkdir(parents=True, exist_ok=True)
+
+
 def write_wants(units: Sequence[str], output_dir: str | os.PathLike[str],
                 unit_dirs: Sequence[str] = UNIT_DIRS) -> list[str]:
     """Make the suite's units want ``units`` in a generator's ``output_dir``; returns the problems (a unit whose
@@ -62,9 +72,9 @@ def write_wants(units: Sequence[str], output_dir: str | os.PathLike[str],
                             "(make install-systemd installs it)")
         else:
             found[unit] = path
+    prepare_wants(output_dir)
     for suite_unit in SUITE_UNITS:
         wants = Path(output_dir) / f"{suite_unit}.wants"
-        wants.mkdir(parents=True, exist_ok=True)
         for unit, path in found.items():
             link = wants / unit
             if link.is_symlink() or link.exists():

@@ -12,7 +12,9 @@ is cancelled, before it was told to stop has stopped unexpectedly, and counts as
 What runs outside the supervised loops (a task nobody awaits, a callback, a connection handler) fails out of
 sight: asyncio only logs it, and the daemon would run on without that part, or hang on it. So a supervisor also
 takes the event loop's unhandled errors (``loop.set_exception_handler``): one that is a bug stops the daemon the
-same way. A lost connection (OSError) or a condition dataq reported (DataqError) is only logged, as asyncio would.
+same way. Only logged, as asyncio would: a lost connection (OSError), a condition dataq reported (DataqError), and
+any error of one connection's protocol or transport, which asyncio has closed already: a feeder's line must never
+be able to stop a daemon.
 
 :class:`Pulse` is how a main loop proves to systemd's watchdog that it still turns (:mod:`dataq.runtime.systemd`).
 """
@@ -103,7 +105,8 @@ class Supervisor:
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """The loop's exception handler: an error nothing awaited or caught (see the module docstring)."""
         error = context.get("exception")
-        if not isinstance(error, Exception) or isinstance(error, (OSError, DataqError)) or self.stop.is_set():
+        if (not isinstance(error, Exception) or isinstance(error, (OSError, DataqError)) or self.stop.is_set()
+                or "protocol" in context or "transport" in context):
             loop.default_exception_handler(context)
             return
         source = context.get("task") or context.get("future")

@@ -130,7 +130,7 @@ def escape_instance(name: str) -> str:
     queue named ``raw-data`` is ``dataq-push@raw\\x2ddata.service`` (an unescaped ``-`` in an instance means ``/``)."""
     escaped = []
     for position, char in enumerate(name):
-        if char.isascii() and (char.isalnum() or char == "_" or (char == "." and position > 0)):
+        if char.isascii() and (char.isalnum() or char in "_:" or (char == "." and position > 0)):
             escaped.append(char)
         elif char == "/":
             escaped.append("-")

@@ -151,6 +151,15 @@ def test_an_unreachable_redis_of_the_built_in_settings_says_no_settings_file_was
                            "built-in settings (no --config, $DATAQ_CONFIG or /etc/dataq/dataq.toml)): ")
 
 
+def test_an_unreachable_redis_named_by_dataq_redis_url_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("DATAQ_REDIS_URL", url)
+    line = refused(CliRunner().invoke(main, ["--summary"]), EXIT_UNAVAILABLE)
+    assert line.startswith(f"Error: Redis is unavailable at {url} (from $DATAQ_REDIS_URL): ")
+
+
 def test_redis_option_overrides_the_configured_url(cli: Cli) -> None:
     url = f"redis://127.0.0.1:{free_port()}"
     line = refused(cli("--redis", url, "--info"), EXIT_UNAVAILABLE)

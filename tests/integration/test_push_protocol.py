@@ -90,6 +90,11 @@ BAD_LINES = [
     pytest.param(b"/caf\xe9 " + checksum_of(1).encode() + b" 5", "not valid UTF-8 (byte 0xe9 at offset 4)",
                  id="invalid-utf8"),
     pytest.param(b"{not json", "invalid JSON", id="invalid-json"),
+    # Past Python's 4,300-digit limit on int(): once a ValueError that closed the connection (and with the loop's
+    # exception handler, stopped the daemon).
+    pytest.param(b"/a/b " + checksum_of(1).encode() + b" " + b"9" * 5000, "is larger than", id="5000-digit-size"),
+    pytest.param(b'{"path": "/a", "checksum": "' + checksum_of(1).encode() + b'", "size": ' + b"9" * 5000 + b"}",
+                 "invalid JSON: Exceeds the limit", id="5000-digit-json-size"),
     pytest.param(b"", "empty line", id="empty-line"),
     pytest.param(b"/a\x00b " + checksum_of(1).encode() + b" 5", "NUL", id="nul-in-path"),
 ]

@@ -28,7 +28,7 @@ def settings_file(tmp_path: Path, text: str = SETTINGS) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["transfer", "raw-data", ".hidden", "a.b_c-1", "x y", "é"])
+@pytest.mark.parametrize("name", ["transfer", "raw-data", ".hidden", "a.b_c-1", "x y", "é", "a:b", ":a", "a\\b"])
 def test_an_instance_name_is_escaped_as_systemd_escape_does_and_back(name: str) -> None:
     expected = subprocess.run(["systemd-escape", name], capture_output=True, text=True, check=True).stdout.strip()
     assert escape_instance(name) == expected
@@ -99,3 +99,31 @@ def test_dataq_units_refuses_two_output_directories(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path)), "a", "b"])
     assert result.exit_code == 2
     assert "give no directory, or a generator's one or three, not 2" in result.stderr
+
+
+@pytest.mark.parametrize(("daemon", "runs"), [
+    ("push:transfer", True), ("pop:raw-data", True), ("web", True), ("redis", True), ("push:removed", False),
+    ("push", False)])
+def test_dataq_units_has_tells_whether_the_settings_run_a_daemon(tmp_path: Path, daemon: str, runs: bool) -> None:
+    result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path)), "--has", daemon])
+    assert result.exit_code == (0 if runs else 1)
+    assert result.stdout == ""
+    if not runs:
+        assert result.stderr == (
+            f"{daemon} is not in the settings (settings file {tmp_path / 'dataq.toml'}), which run: redis, "
+            "push:transfer, pop:transfer, push:raw-data, pop:raw-data, web; not started\n")
+
+
+def test_dataq_units_has_fails_on_settings_that_do_not_load_so_no_daemon_starts(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["units", "--config", str(settings_file(tmp_path, "[push]\nprot = 1\n")),
+                                       "--has", "push:transfer"])
+    assert result.exit_code == 3  # an ExecCondition= failing with 1 to 254 skips the unit
+
+
+def test_a_generator_run_on_settings_that_do_not_load_leaves_every_daemon_stale(tmp_path: Path) -> None:
+    bad = settings_file(tmp_path, "[push]\nprot = 1\n")
+    assert CliRunner().invoke(main, ["units", "--config", str(bad), str(tmp_path / "gen")]).exit_code == 3
+    assert (tmp_path / "gen" / "dataq.service.wants").is_dir()
+    wanted = suite_units(load_settings(settings_file(tmp_path), environ={}))
+    assert stale_units(wanted, tmp_path / "gen") == sorted(wanted)
+

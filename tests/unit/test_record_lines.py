@@ -65,6 +65,21 @@ def test_a_size_past_the_largest_file_size_is_refused_with_the_reason() -> None:
         parse_line(f"/data/a f45cc4c647913bc6e22df280c733758e {MAX_SIZE + 1}\n".encode())
 
 
+@pytest.mark.parametrize("line", [
+    f"/data/a f45cc4c647913bc6e22df280c733758e {'9' * 5000}",
+    f"/data/a f45cc4c647913bc6e22df280c733758e {'9' * 5000}".encode(),
+    f'{{"path": "/data/a", "checksum": "f45cc4c647913bc6e22df280c733758e", "size": {"9" * 5000}}}',
+])
+def test_a_size_of_thousands_of_digits_is_refused_as_a_bad_record_with_a_short_reason(line: str | bytes) -> None:
+    with pytest.raises(InvalidRecord) as refused:
+        parse_line(line)
+    assert len(str(refused.value)) < 200
+
+
+def test_leading_zeros_do_not_make_a_size_too_large() -> None:
+    assert parse_line(f"/data/a f45cc4c647913bc6e22df280c733758e {'0' * 30}7").size == 7
+
+
 def test_an_id_outside_the_configured_pattern_is_refused_with_the_pattern() -> None:
     with pytest.raises(InvalidRecord, match="does not match the pattern"):
         parse_line(b"/data/a F45CC4C647913BC6E22DF280C733758E 5\n")

@@ -156,12 +156,20 @@ async def test_a_callback_that_fails_of_a_bug_stops_the_daemon() -> None:
     assert supervisor.failed is not None and "callback" in supervisor.failed.lower()
 
 
-@pytest.mark.parametrize("error", [ConnectionResetError("peer went away"), StoreUnavailable("Redis is down")])
-async def test_a_lost_connection_or_an_outage_out_of_sight_is_only_logged(error: Exception) -> None:
+@pytest.mark.parametrize(("error", "where"), [
+    (ConnectionResetError("peer went away"), {}),
+    (StoreUnavailable("Redis is down"), {}),
+    (ValueError("a bug in one connection's protocol: asyncio closed that connection"), {"protocol": object()}),
+    (ValueError("the same, reported with the transport"), {"transport": object()}),
+])
+async def test_a_lost_connection_an_outage_or_one_connections_error_out_of_sight_is_only_logged(
+    error: Exception, where: dict[str, object]
+) -> None:
     stop = asyncio.Event()
     supervisor = Supervisor(stop)
     supervisor.start("waiting", stop.wait)
-    asyncio.get_running_loop().call_exception_handler({"message": "Fatal error on transport", "exception": error})
+    asyncio.get_running_loop().call_exception_handler(
+        {"message": "Fatal error on transport", "exception": error, **where})
     await asyncio.sleep(0.01)
     assert not stop.is_set() and supervisor.failed is None
     stop.set()

@@ -73,7 +73,8 @@ def test_queue_daemons_are_templates_whose_instance_is_the_queue(role: str) -> N
         "/usr/local/bin/dataq", role, "--config", "/etc/dataq/dataq.toml", "--queue", "%I"]  # %I: unescaped
     assert one(unit, "Install", "WantedBy") == "dataq.target"
     assert {"dataq-redis.service", "dataq.service"} <= set(one(unit, "Unit", "After").split())
-    assert one(unit, "Service", "RestartPreventExitStatus") == "3"  # invalid settings: no restart loop
+    assert shlex.split(one(unit, "Service", "ExecCondition")) == [
+        "/usr/local/bin/dataq", "units", "--config", "/etc/dataq/dataq.toml", "--has", f"{role}:%I"]
 
 
 def test_the_pop_daemon_gets_more_time_to_stop_than_its_grace_period() -> None:
@@ -127,6 +128,8 @@ def test_the_web_console_runs_with_the_suite_as_dataq_and_restarts_on_failure() 
         "/usr/local/bin/dataq", "web", "--config", "/etc/dataq/dataq.toml"]
     expected = {"Restart": "on-failure", "User": "dataq", "Group": "dataq", "StateDirectory": "dataq"}
     assert {key: one(unit, "Service", key) for key in expected} == expected
+    assert shlex.split(one(unit, "Service", "ExecCondition"))[1:] == [
+        "units", "--config", "/etc/dataq/dataq.toml", "--has", "web"]
     assert one(unit, "Install", "WantedBy") == "dataq.target"
     assert one(unit, "Unit", "PartOf") == "dataq.target"
     assert "dataq-redis.service" in one(unit, "Unit", "After").split()
