@@ -109,7 +109,7 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
         hint = "; is `systemctl start dataq` done?" if settings.source == SYSTEM_CONFIG else "; is `dataq run` running?"
     if explicit_url:
         origin = ""
-    elif REDIS_URL_ENV in os.environ:
+    elif os.environ.get(REDIS_URL_ENV):  # set and empty means the embedded server, as the settings say
         origin = f" (from ${REDIS_URL_ENV})"
     else:
         origin = f" (from the {describe_source(settings)})"

@@ -40,7 +40,7 @@ GENERATED_DIR = "/run/systemd/generator"
 
 
 def suite_units(settings: Settings) -> list[str]:
-    """The units ``dataq.target`` wants for ``settings``, besides ``dataq-redis.service``."""
+    """The units the suite's units (:data:`SUITE_UNITS`) want for ``settings``, besides ``dataq-redis.service``."""
     return [f"dataq-{command}.service" if queue is None else f"dataq-{command}@{escape_instance(queue)}.service"
             for command, queue in suite_daemons(settings)]
 
@@ -77,8 +77,7 @@ def write_wants(units: Sequence[str], output_dir: str | os.PathLike[str],
         wants = Path(output_dir) / f"{suite_unit}.wants"
         for unit, path in found.items():
             link = wants / unit
-            if link.is_symlink() or link.exists():
-                link.unlink()
+            link.unlink(missing_ok=True)  # a generator's directory may hold the last run's links
             link.symlink_to(path)
     return problems
 

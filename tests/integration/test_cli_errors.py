@@ -145,6 +145,7 @@ def test_an_unreachable_redis_of_the_built_in_settings_says_no_settings_file_was
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DATAQ_CONFIG", "")
+    monkeypatch.setenv("DATAQ_REDIS_URL", "")  # set and empty: the embedded server, as the settings say
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     line = refused(CliRunner().invoke(main, ["--summary"]), EXIT_UNAVAILABLE)
     assert line.startswith(f"Error: Redis is unavailable at unix://{tmp_path / 'dataq' / 'redis.sock'} (from the "
