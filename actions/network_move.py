@@ -33,6 +33,15 @@ Options (``[queues.NAME.network_move]``):
     path beneath ``destination``), is pushed to the first that answers within ``handon_timeout`` seconds; its
     ``Pushed`` or ``Ignored`` reply makes the hand-on good, an ``Error:`` reply fails the record with that
     message. A site that cannot be reached or does not answer in time is skipped for the next one.
+``handon_spool`` (default none)
+    An absolute directory: the hand-on keeps the record in this spool (the store-and-forward feeder's, SQLite,
+    fsynced) and succeeds at once; a sender of the pop daemon sends the spool to ``next_sites`` for as long as
+    they stay away (fail-over in order, back to the first after a minute), so an outage of the next site holds
+    up nothing here. A record the next site refuses stays in the spool, logged and listed by ``dataq feed
+    --spool DIR --status``. One pop daemon per spool directory (a second one fails to start, naming the first).
+``handon_tls_ca``, ``handon_tls_cert``, ``handon_tls_key`` (default none)
+    TLS to the next sites' push daemons: a CA to verify them (none: the system's CAs, once TLS is on through
+    ``handon_tls_ca`` or ``handon_tls_cert``) and a client certificate and key for mutual TLS.
 
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
@@ -71,21 +80,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
-from dataq.config import MAX_PORT
-from dataq.errors import ActionError, DataqError, Retryable
-from dataq.feed.client import Feeder
+from dataq.errors import ActionError
 from dataq.logs import get_logger
-from dataq.protocol import ReplyKind
 from dataq.record import Record
 
 from .base import Action, ActionContext
 from .batcher import BatchOptions
 from .files import SourceMismatch, SourceRead, identity_of, in_thread, read_source_sync, remove_source_sync
+from .handon import HandOn, parse_site
 from .layout import LAYOUT_FIELDS, check_layout, record_values, render
 from .rsync import (
     RSYNC_PARTIAL,
@@ -107,17 +113,8 @@ NO_DELAY = "--sockopts=TCP_NODELAY"
 CLOSE_GRACE = 30.0
 """Seconds :meth:`NetworkMoveAction.close` lets running batches finish before it kills their rsync (their
 records were not acknowledged and run again)."""
-_SITE = re.compile(r"(?P<host>(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])):(?P<port>[0-9]{1,5})")
 
 log = get_logger()
-
-
-def parse_site(site: str) -> tuple[str, int]:
-    """(host, port) of a ``host:port`` next site (``[v6-address]:port`` too); ValueError if malformed."""
-    match = _SITE.fullmatch(site)
-    if match is None or not 0 < int(match["port"]) <= MAX_PORT:
-        raise ValueError(f"next site {site!r} is not host:port")
-    return match["host"].strip("[]"), int(match["port"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +148,14 @@ class NetworkMoveOptions(BatchOptions):
     """The record's path at the next site: an absolute template (needed with ``next_sites``)."""
     handon_timeout: float = DEFAULT_HANDON_TIMEOUT
     """Seconds a next site has to answer before the next one is tried."""
+    handon_spool: str | None = None
+    """Spool directory: hand-ons are kept there and sent by a sender that never gives up (None: sent at once)."""
+    handon_tls_ca: str | None = None
+    """CA file to verify the next sites' push daemons with (set it or ``handon_tls_cert`` for TLS)."""
+    handon_tls_cert: str | None = None
+    """Client certificate for mutual TLS with the next sites."""
+    handon_tls_key: str | None = None
+    """Key of ``handon_tls_cert``."""
 
     def __post_init__(self) -> None:
         destination_kind(self.destination)
@@ -166,7 +171,18 @@ class NetworkMoveOptions(BatchOptions):
             raise ValueError("next_sites needs next_path: the record's path at the next site")
         if self.next_path is not None:
             check_layout(self.next_path, NEXT_PATH_FIELDS, absolute=True)
+        handon = ("handon_spool", "handon_tls_ca", "handon_tls_cert", "handon_tls_key")
+        if not self.next_sites and (given := [name for name in handon if getattr(self, name) is not None]):
+            raise ValueError(f"{given[0]} goes with next_sites")
+        if self.handon_spool is not None and not os.path.isabs(self.handon_spool):
+            raise ValueError(f"handon_spool must be an absolute directory, got {self.handon_spool!r}")
+        if (self.handon_tls_cert is None) != (self.handon_tls_key is None):
+            raise ValueError("handon_tls_cert and handon_tls_key go together")
         self.check_batching()
+
+    @property
+    def handon_tls(self) -> bool:
+        return self.handon_tls_ca is not None or self.handon_tls_cert is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,15 +212,20 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         # As many sources read at once as there are CPUs: more would only share them, so that every file is
         # read late instead of the first ones early, and the first batch would wait for all of them.
         self._readers = asyncio.Semaphore(os.cpu_count() or 1)
+        self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
+                               tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key))
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
         if shutil.which(self.options.rsync) is None:
             raise ActionError(f"network_move: rsync program {self.options.rsync!r} not found")
         await asyncio.to_thread(remove_stale_work_dirs)
+        if self.options.next_sites:
+            await self._hand_on.start()
 
     async def close(self) -> None:
         await self._batcher.close(CLOSE_GRACE)
+        await self._hand_on.close(CLOSE_GRACE)
 
     def destination(self, record: Record) -> str | None:
         return self.options.destination
@@ -237,7 +258,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             raise error
         if options.next_sites:
             assert options.next_path is not None
-            await self.hand_on(record, render(options.next_path, {**values, "relpath": relative}, absolute=True))
+            await self._hand_on(record, render(options.next_path, {**values, "relpath": relative}, absolute=True))
         if options.remove_source:
             await asyncio.to_thread(remove_source_sync, record.path)
         log.info("moved", id=record.id, target=join(options.destination, relative), verified=options.verify,
@@ -261,34 +282,6 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
 
     def target(self, move: Move) -> str:
         return join(self.options.destination, move.relative)
-
-    async def hand_on(self, record: Record, path: str) -> None:
-        """Push ``record`` as ``path`` to the first next site that answers; ActionError if none accepts it."""
-        handed = Record(path=path, checksum=record.checksum, size=record.size)
-        problems: list[str] = []
-        for site in self.options.next_sites:
-            host, port = parse_site(site)
-            # The default window: with a window of exactly one record the feeder would wait for more input.
-            feeder = Feeder(host, port, retry_for=0.0)
-            try:
-                async with asyncio.timeout(self.options.handon_timeout):
-                    result = await feeder.feed([handed])
-            except TimeoutError:
-                problems.append(f"{site}: no answer within {self.options.handon_timeout:g}s")
-                continue
-            except DataqError as exc:  # unreachable, or not speaking the push protocol
-                problems.append(f"{site}: {exc}")
-                continue
-            assert result.replies is not None
-            (reply,) = result.replies
-            if reply.kind is ReplyKind.ERROR:
-                raise ActionError(f"next site {site} refused the record: {reply.detail}")
-            log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
-            return
-        # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
-        raise Retryable(f"no next site took the record: {'; '.join(problems)}",
-                        destination=f"next sites {', '.join(self.options.next_sites)}")
-
 
 class _BatchMove:
     """Sending and verifying one batch (see the module docstring); fills ``outcomes`` for the records that fail."""

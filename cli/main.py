@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Coroutine
-from typing import Any
 
 import click
 
@@ -14,26 +12,18 @@ from dataq.cli.options import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     config_option,
+    daemon_logging,
     load_or_exit,
     loglevel_option,
     queue_option,
+    run_command,
 )
 from dataq.config import MAX_PORT, Settings, describe_source, load_settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging, get_logger
 from dataq.ops.crash import SEND_TIMEOUT
-from dataq.runtime.loop import run_daemon
 
 log = get_logger()
-
-
-def _logging(settings: Settings, component: str) -> None:
-    configure_logging(
-        component=component,
-        level=settings.log.level,
-        log_dir=settings.log.resolved_dir(settings.data_dir),
-        fmt=settings.log.format,
-    )
 
 
 def _daemon_settings(
@@ -67,18 +57,6 @@ def _daemon_settings(
         raise click.UsageError(str(exc)) from exc
 
 
-def _run(coro: Coroutine[Any, Any, int]) -> None:
-    try:
-        status = run_daemon(coro)
-    except ConfigError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(EXIT_CONFIG) from exc
-    except DataqError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(EXIT_FAILURE) from exc
-    raise SystemExit(status or 0)
-
-
 # No auto_envvar_prefix: the environment speaks through DATAQ_CONFIG and the overrides the settings document
 # (dataq.config.schema.ENV_OVERRIDES), not through one more variable per option.
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -100,8 +78,8 @@ def push(config_path: str | None, queue_name: str | None, host: str | None, port
     from dataq.push.daemon import run_push_daemon
 
     settings, queue = _daemon_settings(config_path, queue_name, host, port, loglevel)
-    _logging(settings, "push")
-    _run(run_push_daemon(settings, queue))
+    daemon_logging(settings, "push")
+    run_command(run_push_daemon(settings, queue))
 
 
 @main.command()
@@ -120,8 +98,8 @@ def pop(config_path: str | None, queue_name: str | None, concurrency: int | None
     from dataq.pop.daemon import run_pop_daemon
 
     settings, queue = _daemon_settings(config_path, queue_name, host, port, loglevel)
-    _logging(settings, "pop")
-    _run(run_pop_daemon(settings, queue, concurrency=concurrency))
+    daemon_logging(settings, "pop")
+    run_command(run_pop_daemon(settings, queue, concurrency=concurrency))
 
 
 @main.command()
@@ -132,7 +110,7 @@ def run(config_path: str | None) -> None:
     from dataq.embedded.suite import run_suite
 
     settings = load_or_exit(config_path)
-    _logging(settings, "run")
+    daemon_logging(settings, "run")
     try:
         # Started here, on the main thread, before the event loop: the server must die with this process, and
         # the kernel ties that to the thread that starts it (dataq.runtime.children). A Ctrl-C while it loads
@@ -144,67 +122,10 @@ def run(config_path: str | None) -> None:
     except KeyboardInterrupt:
         raise SystemExit(EXIT_INTERRUPTED) from None
     try:
-        _run(run_suite(settings, redis))
+        run_command(run_suite(settings, redis))
     finally:
         redis.close()  # last: the daemons have stopped
         log.info("dataq stopped")
-
-
-@main.command()
-@config_option
-@queue_option
-@click.option("--host", default=None, help="Push daemon host (default: from the settings).")
-@click.option("--port", type=click.IntRange(1, MAX_PORT), default=None, help="Push daemon port (default: settings).")
-@click.option(
-    "--scan",
-    "scan_dir",
-    type=click.Path(file_okay=False, exists=True),
-    default=None,
-    help="Scan this directory tree and push every file, computing checksums.",
-)
-@click.option(
-    "--window",
-    type=click.IntRange(min=1),
-    default=1000,
-    show_default=True,
-    help="Records sent but not yet acknowledged.",
-)
-@click.option("--tls-ca", default=None, help="CA file to verify a TLS push daemon.")
-@click.option("--tls-cert", default=None, help="Client certificate for mutual TLS.")
-@click.option("--tls-key", default=None, help="Client key for mutual TLS.")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), required=False)
-def feed(
-    config_path: str | None,
-    queue_name: str | None,
-    host: str | None,
-    port: int | None,
-    scan_dir: str | None,
-    window: int,
-    tls_ca: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    file: str | None,
-) -> None:
-    """Send records to a push daemon: a FILE of record lines (- for stdin), or every file under --scan DIR."""
-    from dataq.feed.command import feed_command
-
-    settings = load_or_exit(config_path)
-    if (file is None) == (scan_dir is None):
-        raise click.UsageError("give either FILE or --scan DIR")
-    queue = settings.queue(queue_name).name
-    _run(
-        feed_command(
-            host=host or settings.push.host,
-            port=port or settings.push_port_for(queue),
-            file=file,
-            scan_dir=scan_dir,
-            window=window,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            rules=settings.queue(queue).rules,
-        )
-    )
 
 
 @main.command()
@@ -214,8 +135,8 @@ def redis(config_path: str | None) -> None:
     from dataq.embedded.service import run_embedded_redis
 
     settings = load_or_exit(config_path)
-    _logging(settings, "redis")
-    _run(run_embedded_redis(settings))
+    daemon_logging(settings, "redis")
+    run_command(run_embedded_redis(settings))
 
 
 @main.command()
@@ -239,15 +160,15 @@ def web(config_path: str | None, host: str | None, port: int | None) -> None:
             settings = load_settings(config_path, options=options)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from exc
-    _logging(settings, "web")
-    _run(run_web(settings))
+    daemon_logging(settings, "web")
+    run_command(run_web(settings))
 
 
 @main.command()
 @config_option
 @click.option("--has", "daemon", metavar="DAEMON", default=None,
-              help="Exit 0 if the settings run DAEMON (redis, push:QUEUE, pop:QUEUE or web), else 1: the units' "
-                   "ExecCondition=, so that a daemon of a queue no longer configured is not started.")
+              help="Exit 0 if the settings run DAEMON (redis, push:QUEUE, pop:QUEUE, web or feed:DIR), else 1: the "
+                   "units' ExecCondition=, so that a daemon of a queue no longer configured is not started.")
 @click.argument("output_dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[NORMAL_DIR [EARLY_DIR LATE_DIR]]")
 def units(config_path: str | None, daemon: str | None, output_dirs: tuple[str, ...]) -> None:
     """The systemd units `systemctl start dataq` starts for these settings, one per line (dataq.service runs
@@ -306,11 +227,13 @@ def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:
     raise SystemExit(status)
 
 
-def _register_archive() -> None:
+def _register_commands() -> None:
     # The archive commands need pyspark only when they run, so registering them costs nothing without it.
     from dataq.cli.archive import archive
+    from dataq.cli.feeding import feed
 
     main.add_command(archive)
+    main.add_command(feed)
 
 
-_register_archive()
+_register_commands()

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
 
 from dataq.config import SYSTEM_CONFIG, Settings, load_settings
-from dataq.errors import DataqError
-from dataq.logs import LOG_LEVELS
+from dataq.errors import ConfigError, DataqError
+from dataq.logs import LOG_LEVELS, configure_logging
+from dataq.runtime.loop import run_daemon
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,3 +64,26 @@ def load_or_exit(config_path: str | None) -> Settings:
     except DataqError as exc:
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(EXIT_CONFIG) from exc
+
+
+def daemon_logging(settings: Settings, component: str) -> None:
+    """A daemon's logging: to stderr, and to ``<component>.log`` in the settings' log directory."""
+    configure_logging(
+        component=component,
+        level=settings.log.level,
+        log_dir=settings.log.resolved_dir(settings.data_dir),
+        fmt=settings.log.format,
+    )
+
+
+def run_command(coro: Coroutine[Any, Any, int]) -> None:
+    """Run a command's coroutine to its exit status; a DataqError is one line on stderr (status 3 for settings)."""
+    try:
+        status = run_daemon(coro)
+    except ConfigError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_CONFIG) from exc
+    except DataqError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_FAILURE) from exc
+    raise SystemExit(status or 0)

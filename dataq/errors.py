@@ -82,3 +82,19 @@ class NotReplicated(StoreUnavailable):
     def __init__(self, wanted: int, timeout: float, confirmed: int) -> None:
         super().__init__(f"{NOT_REPLICATED_PREFIX}{wanted} replica(s) within {timeout:g} s")
         self.wanted, self.timeout, self.confirmed = wanted, timeout, confirmed
+
+
+class SpoolError(DataqError):
+    """A feeder's spool (:mod:`dataq.feed.spool`) cannot be used; the message names its file."""
+
+
+class SpoolFull(SpoolError):
+    """The spool's disk is full: intake stops until there is room again (sending goes on and frees some)."""
+
+
+class SpoolCorrupt(SpoolError):
+    """The spool's database is damaged or is not a spool at all."""
+
+
+class SpoolBusy(SpoolError):
+    """Another feeder already uses this spool directory (two senders of one spool would send twice)."""

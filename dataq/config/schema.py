@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from dataq.config.feed_settings import FeedSettings
 from dataq.config.loader import (
     FILLED,
     MAX_PORT,
@@ -299,6 +300,7 @@ class Settings(Section):
     mail: MailSettings = field(default_factory=MailSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     web: WebSettings = field(default_factory=WebSettings)
+    feed: FeedSettings = field(default_factory=FeedSettings)
     queues: Mapping[str, QueueSettings] = field(
         default_factory=lambda: MappingProxyType({DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE)}), hash=False
     )
@@ -322,6 +324,10 @@ class Settings(Section):
                 raise Invalid(f"queues.{name}.push_port" if explicit else "push.port",
                                f"queues {other!r} and {name!r} would both listen on push port {port}; "
                                f"set a distinct push_port under [queues.{name}]")
+
+        if self.feed.queue is not None and self.feed.queue not in queues:
+            raise Invalid("feed.queue", f"key '{{key}}' names queue {self.feed.queue!r}, which is not configured; "
+                          f"the queues are: {', '.join(queues)}")
 
     def queue(self, name: str | None = None) -> QueueSettings:
         """The settings of queue ``name``; None means the first configured queue."""

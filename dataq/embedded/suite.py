@@ -56,10 +56,11 @@ class Child:
 
 
 def daemon_argv(command: str, queue: str | None, config: str | None) -> list[str]:
-    """How to start ``dataq <command>`` (for ``queue``, if one) with the interpreter running us."""
+    """How to start ``dataq <command>`` (for ``queue``, if one; a feeder's is its directory) with the interpreter
+    running us."""
     argv = [sys.executable, "-c", "from dataq.cli.main import main; main()", command]
     if queue is not None:
-        argv += ["--queue", queue]
+        argv += ["--watch" if command == "feed" else "--queue", queue]
     if config is not None:
         argv += ["--config", config]
     return argv
@@ -67,11 +68,13 @@ def daemon_argv(command: str, queue: str | None, config: str | None) -> list[str
 
 def suite_daemons(settings: Settings) -> list[tuple[str, str | None]]:
     """What the suite runs besides Redis, as (command, queue or None): a push daemon and a pop daemon for every
-    configured queue, and the web console unless ``[web] enabled`` is false. ``dataq run`` starts them as its
-    children, the systemd generator (:mod:`dataq.embedded.units`) as units."""
+    configured queue, the web console unless ``[web] enabled`` is false, and a feeder for each of ``[feed]
+    directories`` (its "queue" is the directory). ``dataq run`` starts them as its children, the systemd generator
+    (:mod:`dataq.embedded.units`) as units."""
     daemons: list[tuple[str, str | None]] = [(command, name) for name in settings.queues for command in ("push", "pop")]
     if settings.web.enabled:
         daemons.append(("web", None))
+    daemons += [("feed", directory) for directory in settings.feed.directories]
     return daemons
 
 

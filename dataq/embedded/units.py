@@ -1,11 +1,11 @@
 """The suite as systemd units: what ``systemctl start dataq`` starts, derived from the settings by a generator.
 
-systemd runs every generator (systemd.generator(7)) at boot and at each ``systemctl daemon-reload``, before it
-loads the units. dataq's (``systemd/dataq-generator``, which runs ``dataq units``) reads the system's settings
-and makes ``dataq.service`` and ``dataq.target`` want the daemons the suite runs
-(:func:`dataq.embedded.suite.suite_daemons`): ``dataq-push@QUEUE`` and ``dataq-pop@QUEUE`` for every queue, and
-``dataq-web`` unless ``[web] enabled = false``. These are symlinks in the generator's output directory, as
-``systemctl enable`` would make under /etc, but made afresh from the settings at every reload: adding or removing
+systemd runs every generator (systemd.generator(7)) at boot and at each ``systemctl daemon-reload``, before it loads
+the units. dataq's (``systemd/dataq-generator``, which runs ``dataq units``) reads the system's settings and makes
+``dataq.service`` and ``dataq.target`` want the daemons the suite runs (:func:`dataq.embedded.suite.suite_daemons`):
+``dataq-push@QUEUE`` and ``dataq-pop@QUEUE`` for every queue, and ``dataq-web`` unless ``[web] enabled = false``,
+and ``dataq-feed@DIR`` for each of ``[feed] directories``. These are symlinks in the generator's output directory,
+as ``systemctl enable`` would make under /etc, but made afresh from the settings at every reload: adding or removing
 a queue is an edit and a ``daemon-reload``, and no instance is enabled by hand. Both units want
 ``dataq-redis.service`` in their own files; it does nothing when Redis is not embedded.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dataq.config import Settings
 from dataq.embedded.suite import suite_daemons
-from dataq.runtime.systemd import escape_instance
+from dataq.runtime.systemd import escape_instance, path_instance
 
 SUITE_UNITS = ("dataq.service", "dataq.target")
 """The units that want every daemon of the suite: ``systemctl start dataq``, and the target that groups them."""
@@ -40,8 +40,10 @@ GENERATED_DIR = "/run/systemd/generator"
 
 
 def suite_units(settings: Settings) -> list[str]:
-    """The units the suite's units (:data:`SUITE_UNITS`) want for ``settings``, besides ``dataq-redis.service``."""
-    return [f"dataq-{command}.service" if queue is None else f"dataq-{command}@{escape_instance(queue)}.service"
+    """The units the suite's units (:data:`SUITE_UNITS`) want for ``settings``, besides ``dataq-redis.service``:
+    a feeder's instance is its directory as ``systemd-escape --path`` writes it (``%f`` gives the path back)."""
+    return [f"dataq-{command}.service" if queue is None
+            else f"dataq-{command}@{path_instance(queue) if command == 'feed' else escape_instance(queue)}.service"
             for command, queue in suite_daemons(settings)]
 
 

@@ -5,6 +5,11 @@ an iterable of Records or record lines, get back a :class:`FeedResult` with ever
 keeps up to ``window`` records sent but unanswered; when the connection drops it reconnects with backoff and
 sends every unanswered record again, which the daemon's de-duplication makes safe (such a record may then come
 back ``Ignored`` although this feeder's first attempt stored it).
+
+Several push daemons may be given (the seed's ``highAvailabilitySites``): they are tried in order, and one that
+refuses the connection, does not accept it within ``timeout`` or, with records waiting, stays silent that long
+is left for the next. After ``failback_after`` seconds on another, the feeder finishes what it has in flight
+there and goes back to the first. An outage is logged when it starts and when it ends, not at every retry.
 """
 
 from __future__ import annotations
@@ -14,13 +19,20 @@ import contextlib
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 
-from dataq.errors import DataqError, ProtocolError
+from dataq.errors import ProtocolError
+from dataq.feed.link import (
+    FeedError,
+    FeedItem,
+    FeedResult,
+    LinkCallback,
+    LinkState,
+    client_tls_context,
+    encode_item,
+)
 from dataq.logs import get_logger
 from dataq.protocol import PUSHED_PREFIX, LineFramer, OverLong, Reply, ReplyKind, parse_reply
-from dataq.record import Record, format_line
 from dataq.runtime.backoff import Backoff
 
 DEFAULT_WINDOW = 1000
@@ -28,6 +40,10 @@ DEFAULT_WINDOW = 1000
 DEFAULT_RETRY_FOR = 60.0
 """Seconds of failing to (re)connect after which a feeder gives up."""
 CONNECT_TIMEOUT = 10.0
+"""Seconds a push daemon has to accept a connection (and, with several, to answer a record) before the next is
+tried."""
+FAILBACK_AFTER = 60.0
+"""Seconds spent on a later push daemon before the first is tried again."""
 READ_CHUNK = 256 * 1024
 RESEND_LOG_EVERY = 1000
 """A resend is logged once per this many (a replica can be missing for a long time)."""
@@ -38,16 +54,11 @@ PRODUCER_CHUNKS = 16
 MAX_REPLY_BYTES = 4096
 """Longest reply line accepted (error replies are capped well below this by the daemon)."""
 
-FeedItem = Record | str | bytes
-"""What a feeder sends: a Record, or a record line in either wire form (without its newline)."""
 ReplyCallback = Callable[[int, Reply], None]
 """Called with the item's index (0-based, input order) and its reply, as replies arrive."""
+Target = tuple[str, int]
 
 log = get_logger()
-
-
-class FeedError(DataqError):
-    """The feeder could not reach the push daemon (for longer than it was willing to retry) or talk TLS with it."""
 
 
 class _ConnectionLost(Exception):
@@ -56,73 +67,6 @@ class _ConnectionLost(Exception):
 
 class _SourceFailed(Exception):
     """Reading the items failed (the cause says how); the feed ends with that error."""
-
-
-@dataclass(slots=True)
-class FeedResult:
-    """What became of the records fed: counts, time, and (unless turned off) every reply in input order."""
-
-    pushed: int = 0
-    ignored: int = 0
-    errors: int = 0
-    elapsed: float = 0.0
-    reconnects: int = 0
-    resent: int = 0
-    """Records sent again because the daemon asked for it (not replicated in time)."""
-    replies: list[Reply] | None = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return self.pushed + self.ignored + self.errors
-
-    @property
-    def ok(self) -> bool:
-        """No record was refused."""
-        return self.errors == 0
-
-    @property
-    def rate(self) -> float:
-        """Records answered per second."""
-        return self.total / self.elapsed if self.elapsed > 0 else 0.0
-
-    def summary(self) -> str:
-        return (f"pushed {self.pushed}, ignored {self.ignored}, errors {self.errors} in {self.elapsed:.2f} s "
-                f"({self.rate:,.0f} records/s)" + (f", {self.reconnects} reconnects" if self.reconnects else ""))
-
-
-def client_tls_context(ca: str | None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
-    """A context that verifies the daemon against ``ca`` (system CAs if None) and shows ``cert`` if given."""
-    context = ssl.create_default_context(cafile=ca)
-    if cert is not None:
-        try:
-            context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise DataqError(f"cannot load the client certificate {cert}: {exc}") from exc
-    return context
-
-
-def _raise_if_tls_refused(exc: BaseException | None, host: str, port: int) -> None:
-    """A TLS failure other than a dropped connection (a certificate refused by either side) will not go away
-    by retrying: end the feed with it."""
-    if isinstance(exc, ssl.SSLError) and not isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
-        raise FeedError(f"TLS with the push daemon at {host}:{port} failed: {exc.reason or exc}") from exc
-
-
-def _encode(item: FeedItem) -> tuple[bytes, str | None] | Reply:
-    """The line to send (with its newline) and the id a reply must name; a Reply if it cannot be sent."""
-    try:
-        # A path from os.walk may hold undecodable bytes (as surrogate escapes): they go out as they are, and
-        # the daemon refuses that one record instead of the feeder failing.
-        if isinstance(item, Record):
-            return (format_line(item) + "\n").encode("utf-8", "surrogateescape"), item.checksum
-        line = item.encode("utf-8", "surrogateescape") if isinstance(item, str) else item
-    except UnicodeEncodeError as exc:
-        return Reply(ReplyKind.ERROR, f"line cannot be encoded: {exc.reason}")
-    if line.endswith(b"\n"):
-        line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-    if b"\n" in line:
-        return Reply(ReplyKind.ERROR, "line contains a newline (one record per line)")
-    return line + b"\n", None
 
 
 _Entry = tuple[int, bytes, str | None]
@@ -143,16 +87,31 @@ class Feeder:
         host: str,
         port: int,
         *,
+        also: Sequence[Target] = (),
         window: int = DEFAULT_WINDOW,
         tls: ssl.SSLContext | None = None,
         retry_for: float = DEFAULT_RETRY_FOR,
+        timeout: float = CONNECT_TIMEOUT,
+        failback_after: float = FAILBACK_AFTER,
+        backoff_cap: float | None = None,
         keep_replies: bool = True,
         on_reply: ReplyCallback | None = None,
+        on_link: LinkCallback | None = None,
     ) -> None:
+        """Feed ``host:port``, or the first of it and ``also`` that answers; ``retry_for`` may be infinite."""
         if window < 1:
             raise ValueError("window must be at least 1")
+        if not timeout > 0 or not failback_after > 0:
+            raise ValueError("timeout and failback_after must be positive")
+        self.targets: list[Target] = [(host, port), *also]
         self.host, self.port, self.window, self.tls = host, port, window, tls
         self.retry_for, self.keep_replies, self.on_reply = retry_for, keep_replies, on_reply
+        self.timeout, self.failback_after = timeout, failback_after
+        self.backoff_cap = backoff_cap
+        self._switching = False
+        self._link = LinkState(len(self.targets), on_link)
+        self._quiet_since = 0.0
+        """When the oldest record in flight was sent, or the last reply came (the silence timer's start)."""
         self._in_flight: deque[_Entry] = deque()
         self._carry: deque[_Entry] = deque()
         self._chunks: asyncio.Queue[_Chunk] = asyncio.Queue(PRODUCER_CHUNKS)
@@ -169,6 +128,16 @@ class Feeder:
     def _exhausted(self) -> bool:
         """Every item has been sent at least once."""
         return self._source_done and not self._carry
+
+    @property
+    def _finished(self) -> bool:
+        """Every item has been sent and answered."""
+        return self._exhausted and not self._in_flight
+
+    @property
+    def _may_leave(self) -> bool:
+        """This connection has nothing more to do: all is answered, or it is being left and has nothing in flight."""
+        return not self._in_flight and (self._exhausted or self._switching)
 
     async def feed(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> FeedResult:
         """Send every item and wait for every reply; raises FeedError if the daemon stays unreachable."""
@@ -192,38 +161,55 @@ class Feeder:
         return result
 
     async def _run_connections(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff() if self.backoff_cap is None else Backoff(cap=self.backoff_cap)
         failing_since: float | None = None
-        while not (self._exhausted and not self._in_flight):
+        current = 0
+        back_to: int | None = None  # trying the first target again while this later one works
+        while not self._finished:
+            host, port = self.host, self.port = self.targets[current]
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, ssl=self.tls, limit=READ_CHUNK), CONNECT_TIMEOUT
-                )
+                async with asyncio.timeout(self.timeout):
+                    reader, writer = await asyncio.open_connection(host, port, ssl=self.tls, limit=READ_CHUNK)
             except (OSError, TimeoutError) as exc:
-                _raise_if_tls_refused(exc, self.host, self.port)
+                error = str(exc) or f"no connection within {self.timeout:g} s"
+                self._link.check_tls(exc, host, port)
+                if back_to is not None:
+                    log.debug("the first push daemon is still away", target=f"{host}:{port}", error=error)
+                    current, back_to = back_to, None
+                    continue
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.retry_for:
-                    raise FeedError(f"cannot reach the push daemon at {self.host}:{self.port}: {exc}") from exc
-                log.warning("cannot connect to the push daemon; retrying", host=self.host, port=self.port,
-                            error=str(exc))
-                await backoff.wait()
+                    raise FeedError(f"cannot reach the push daemon at {host}:{port}: {error}") from exc
+                self._link.failed(host, port, f"cannot connect: {error}")
+                current = (current + 1) % len(self.targets)
+                if current == 0:  # every target failed this round
+                    await backoff.wait()
                 continue
+            trying_back, back_to = back_to, None
+            self._link.up(host, port)
             answered = self._result.total
+            self._switching = False
+            deadline = time.monotonic() + self.failback_after if current else None
             try:
-                await self._converse(reader, writer)
+                await self._converse(reader, writer, deadline)
             except _ConnectionLost as exc:
-                _raise_if_tls_refused(exc.__cause__, self.host, self.port)
+                self._link.check_tls(exc.__cause__, host, port)
                 self._result.reconnects += 1
+                if trying_back is not None and self._result.total == answered:  # the first is not well yet
+                    log.debug("the first push daemon failed again", target=f"{host}:{port}", error=str(exc))
+                    current = trying_back
+                    continue
                 if self._result.total > answered:  # that connection made progress: a fresh failure
                     failing_since = None
                     backoff.reset()
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.retry_for:
-                    raise FeedError(f"the push daemon at {self.host}:{self.port} keeps dropping the "
+                    raise FeedError(f"the push daemon at {host}:{port} keeps dropping the "
                                     f"connection: {exc}") from exc
-                log.warning("connection to the push daemon lost; resending what was not answered",
-                            error=str(exc), unanswered=len(self._in_flight))
-                await backoff.wait()
+                self._link.failed(host, port, f"connection lost: {exc}", unanswered=len(self._in_flight))
+                current = (current + 1) % len(self.targets)
+                if current == 0:
+                    await backoff.wait()
                 continue
             finally:
                 writer.close()
@@ -231,6 +217,10 @@ class Feeder:
                     await writer.wait_closed()
             failing_since = None
             backoff.reset()
+            if self._switching:
+                log.debug("trying the first push daemon again", left=f"{host}:{port}",
+                          first=f"{self.targets[0][0]}:{self.targets[0][1]}")
+                current, back_to = 0, current
 
     async def _produce(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> None:
         """Draw every item from the source into the queue of chunks (refusing the unsendable ones at once)."""
@@ -261,15 +251,17 @@ class Feeder:
         await self._chunks.put(None)
 
     def _prepare(self, index: int, item: FeedItem) -> _Entry | None:
-        encoded = _encode(item)
+        encoded = encode_item(item)
         if isinstance(encoded, Reply):
             self._record(index, encoded)
             return None
         return index, encoded[0], encoded[1]
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One connection: send (resending what is unanswered first) and read replies until all are answered."""
-        sender = asyncio.create_task(self._send(writer))
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        deadline: float | None) -> None:
+        """One connection: send (resending what is unanswered first) and read replies until all are answered, or
+        until ``deadline`` (monotonic) has passed and what was sent is answered."""
+        sender = asyncio.create_task(self._send(writer, deadline))
         receiver = asyncio.create_task(self._receive(reader))
         try:
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
@@ -285,26 +277,37 @@ class Feeder:
             for task in (sender, receiver):
                 task.cancel()
             await asyncio.gather(sender, receiver, return_exceptions=True)
-        if not (self._exhausted and not self._in_flight):
+        if not self._may_leave:
             raise _ConnectionLost("connection closed by the daemon")
 
-    async def _send(self, writer: asyncio.StreamWriter) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, deadline: float | None) -> None:
         in_flight, carry = self._in_flight, self._carry
+        self._quiet_since = time.monotonic()
         if in_flight:
             writer.write(b"".join(line for _, line, _ in in_flight))
             await writer.drain()
         # Until every record is answered, not only sent: a reply may ask to send a record again.
-        while not (self._exhausted and not in_flight):
+        while not self._may_leave:
+            if deadline is not None and not self._switching and time.monotonic() >= deadline:
+                self._switching = True  # take nothing new; leave once what is in flight is answered
+                continue
             room = self.window - len(in_flight)
-            if room <= 0 or self._exhausted:
+            if room <= 0 or self._exhausted or self._switching:
                 self._room.clear()
                 await self._room.wait()
                 continue
             if not carry:
-                self._accept(await self._chunks.get())
+                try:
+                    async with asyncio.timeout(_remaining(deadline)):
+                        chunk = await self._chunks.get()
+                except TimeoutError:
+                    continue
+                self._accept(chunk)
                 while len(carry) < room and not self._chunks.empty():
                     self._accept(self._chunks.get_nowait())
             lines: list[bytes] = []
+            if not in_flight:
+                self._quiet_since = time.monotonic()
             for _ in range(min(room, len(carry))):
                 entry = carry.popleft()
                 in_flight.append(entry)
@@ -327,8 +330,22 @@ class Feeder:
         in_flight, result = self._in_flight, self._result
         # Nobody looks at single replies: count the common one without building a Reply (the benchmark's case).
         count_only = result.replies is None and self.on_reply is None
-        while not (self._exhausted and not in_flight):
-            data = await reader.read(READ_CHUNK)
+        # With another push daemon to go to, one that sits on records is left for it: silent for ``timeout``
+        # seconds since the oldest record in flight was sent, or since the last reply.
+        silence = self.timeout if len(self.targets) > 1 else None
+        while not self._may_leave:
+            wait = None if silence is None else (
+                max(0.0, self._quiet_since + silence - time.monotonic()) if in_flight else silence)
+            try:
+                async with asyncio.timeout(wait) as timer:
+                    data = await reader.read(READ_CHUNK)
+            except TimeoutError as exc:
+                if silence is None or not timer.expired():  # the socket's own (ETIMEDOUT): the connection is gone
+                    raise _ConnectionLost(str(exc) or "connection timed out") from exc
+                if in_flight and time.monotonic() - self._quiet_since >= silence:
+                    raise _ConnectionLost(f"no reply within {silence:g} s") from None
+                continue
+            self._quiet_since = time.monotonic()
             if not data:
                 return
             for line in framer.feed(data):
@@ -353,7 +370,7 @@ class Feeder:
                     self._resend(entry, reply)
                     continue
                 self._record(index, reply)
-            if len(in_flight) < self.window:
+            if len(in_flight) < self.window or not in_flight:
                 self._room.set()
 
     def _resend(self, entry: _Entry, reply: Reply) -> None:
@@ -383,6 +400,14 @@ class Feeder:
             self.on_reply(index, reply)
 
 
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 _PLACEHOLDER = Reply(ReplyKind.ERROR, "no reply yet")
 _PUSHED = PUSHED_PREFIX.encode()
 _PUSHED_LENGTH = len(_PUSHED)
+
+
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_RETRY_FOR", "DEFAULT_WINDOW", "FAILBACK_AFTER", "FeedError", "FeedItem",
+           "FeedResult", "Feeder", "Target", "client_tls_context"]

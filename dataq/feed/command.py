@@ -1,5 +1,6 @@
 """The ``dataq feed`` command: records from a file or a directory scan, through a :class:`Feeder`, with a
-progress line on a terminal and a one-line summary at the end."""
+progress line on a terminal and a one-line summary at the end; or, with a spool, through the spool
+(:mod:`.spooled`); or a watched directory's files, for ever."""
 
 from __future__ import annotations
 
@@ -8,14 +9,26 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TextIO
 
 from dataq.errors import DataqError
-from dataq.feed.client import Feeder, client_tls_context
+from dataq.feed.client import (
+    CONNECT_TIMEOUT,
+    DEFAULT_RETRY_FOR,
+    FAILBACK_AFTER,
+    Feeder,
+    Target,
+    client_tls_context,
+)
 from dataq.feed.sources import read_record_file, scan_tree
+from dataq.feed.spooled import Link, spool_and_forward, watch_and_forward
+from dataq.feed.watch import WatchOptions
 from dataq.protocol import Reply
 from dataq.record import Record, RecordRules
+from dataq.runtime.signals import install_stop_signals
+from dataq.runtime.supervise import Supervisor
+from dataq.runtime.systemd import ready, run_watchdog, stopping, watchdog_interval
 
 PROGRESS_INTERVAL = 0.25
 """Seconds between two redraws of the progress line."""
@@ -61,9 +74,17 @@ async def feed_command(
     tls_cert: str | None,
     tls_key: str | None,
     rules: RecordRules,
+    also: Sequence[Target] = (),
+    retry_for: float = DEFAULT_RETRY_FOR,
+    target_timeout: float = CONNECT_TIMEOUT,
+    failback_after: float = FAILBACK_AFTER,
+    spool: str | None = None,
 ) -> int:
     """Send FILE's records (or every file under ``scan_dir``), report refusals on stderr and a summary on stdout;
-    the exit status is 1 if any record was refused (by the daemon, or as an invalid line before sending)."""
+    the exit status is 1 if any record was refused (by the daemon, or as an invalid line before sending).
+
+    With ``spool``, records are spooled before they are sent and the feed waits for the push daemons as long as
+    it takes (``retry_for`` does not apply); refused records stay in the spool (``--status`` lists them)."""
     tls = client_tls_context(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
     origins: list[str] = []
     local_errors = 0
@@ -77,8 +98,9 @@ async def feed_command(
         if not reply.ok:
             report(f"{origins[index]}: {reply}")
 
-    feeder = Feeder(host, port, window=window, tls=tls, keep_replies=False, on_reply=on_reply)
-    progress = _Progress(feeder, err) if err.isatty() else None
+    feeder = Feeder(host, port, also=also, window=window, tls=tls, retry_for=retry_for, timeout=target_timeout,
+                    failback_after=failback_after, keep_replies=False, on_reply=on_reply)
+    progress = _Progress(feeder, err) if err.isatty() and spool is None else None
 
     def on_listed(count: int) -> None:
         if progress is not None:
@@ -103,6 +125,19 @@ async def feed_command(
             origins.append(origin)
             yield outcome
 
+    invalid = "; {local_errors} lines not sent (invalid)"
+    if spool is not None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        link = Link(((host, port), *also), window=window, tls=tls, timeout=target_timeout,
+                    failback_after=failback_after)
+        try:
+            spooled = await spool_and_forward(records(), spool, link, stop)
+        except OSError as exc:
+            raise DataqError(f"cannot read {file or scan_dir}: {exc.strerror or exc}") from exc
+        print(spooled.summary() + (invalid.format(local_errors=local_errors) if local_errors else ""))
+        return 0 if not spooled.counts["refused"] and not local_errors and not stop.is_set() else 1
+
     drawing = asyncio.create_task(progress.run()) if progress is not None else None
     try:
         result = await feeder.feed(records())
@@ -117,3 +152,31 @@ async def feed_command(
         progress.draw(end="\n")
     print(result.summary() + (f"; {local_errors} lines not sent (invalid)" if local_errors else ""))
     return 0 if result.ok and not local_errors else 1
+
+
+async def watch_command(options: WatchOptions, spool: str, link: Link, rules: RecordRules) -> int:
+    """``dataq feed --watch``: feed the directory's complete files until SIGTERM or SIGINT; under systemd, ready
+    once the spool is open, and pinging the watchdog while the event loop turns. Like the other daemons, an error
+    of a part nothing awaits stops it (exit status 1), through a supervisor."""
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    supervisor = Supervisor(stop)
+    interval = watchdog_interval()
+
+    async def watchdog() -> None:  # also what installs the supervisor's handler of unhandled errors
+        if interval is None:
+            await stop.wait()
+        else:
+            await run_watchdog(interval, stop)
+
+    supervisor.start("watchdog", watchdog)
+
+    async def opened() -> None:
+        await ready(f"watching {options.root}")
+
+    try:
+        status = await watch_and_forward(options, spool, link, stop, rules=rules, on_ready=opened)
+    finally:
+        await stopping()
+        await supervisor.cancel()
+    return 1 if supervisor.failed else status

@@ -16,6 +16,11 @@ and settling): a fail-over is over within seconds, and an attempt costs little (
 question to the sentinels)."""
 
 
+MAX_DOUBLINGS = 60
+"""Past this many failures the delay is the cap anyway: counting on would overflow a float (a loop that retries
+for ever, as a spooled feeder does, fails more than a thousand times in a day's outage)."""
+
+
 class Backoff:
     """Capped exponential backoff with full jitter (so a fleet does not retry in lock-step)."""
 
@@ -24,7 +29,7 @@ class Backoff:
         self.attempt = 0
 
     def next_delay(self) -> float:
-        ceiling = min(self.cap, self.initial * 2**self.attempt)
+        ceiling = min(self.cap, self.initial * 2.0**min(self.attempt, MAX_DOUBLINGS))
         self.attempt += 1
         return random.uniform(ceiling / 2, ceiling)
 

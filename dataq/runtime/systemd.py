@@ -139,6 +139,13 @@ def escape_instance(name: str) -> str:
     return "".join(escaped)
 
 
+def path_instance(directory: str) -> str:
+    """``directory`` as ``systemd-escape --path`` writes it (``/data/incoming`` -> ``data-incoming``): the instance
+    of a unit about a path, which ``%f`` gives back."""
+    stripped = os.path.normpath(os.path.abspath(directory)).strip("/")
+    return escape_instance(stripped) if stripped else "-"  # the root directory, as systemd-escape has it
+
+
 def unescape_instance(instance: str) -> str:
     """What ``%I`` makes of an instance name (``systemd-escape --unescape``): the inverse of :func:`escape_instance`."""
     unescaped = bytearray()

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataq.embedded.redis_server import find_running, free_port
 from dataq.feed.client import Feeder
+from dataq.runtime.systemd import path_instance
 from dataq.store import Flag, QueueStore
 from tests.helpers import make_records
 from tests.pop_support import daemon_env, wait_until
@@ -189,3 +190,36 @@ async def test_dataq_run_with_no_settings_file_serves_the_default_transfer_queue
     finally:
         await store.close()
     stop_suite(suite, signal.SIGTERM, tmp_path / "state")
+
+
+@pytest.mark.timeout(90)
+async def test_dataq_run_feeds_the_files_of_each_watched_directory(
+    tmp_path: Path, children: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    config = suite_config(tmp_path, port)
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    config.write_text(config.read_text() + f'[feed]\ndirectories = ["{incoming}"]\nsettle = 0.2\n')
+    (incoming / "before.fits").write_bytes(b"written before the suite started")
+    suite = subprocess.Popen([*DATAQ, "run", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
+                             stderr=subprocess.PIPE, cwd=tmp_path)
+    children.append(suite)
+    url = None
+
+    async def redis_up() -> bool:
+        nonlocal url
+        url = find_running(tmp_path / "data")
+        return url is not None
+
+    await wait_until(redis_up, timeout=30, what="the embedded redis-server")
+    assert url is not None
+    store = QueueStore.from_url(url, "transfer")
+    try:
+        await summary_when(store, 1)
+        (incoming / "after.fits").write_bytes(b"written while it runs")
+        await summary_when(store, 2)
+    finally:
+        await store.close()
+    stop_suite(suite, signal.SIGTERM, tmp_path / "data")
+    assert (tmp_path / "data" / "feed" / path_instance(str(incoming)) / "spool.sqlite").is_file()

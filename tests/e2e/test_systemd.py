@@ -141,6 +141,35 @@ def test_a_queue_added_to_the_settings_runs_after_a_daemon_reload_and_start(cont
     assert container.failed_units() == set()
 
 
+def test_a_watched_directory_in_the_settings_gets_a_feeder_that_feeds_its_files_after_a_reload(
+    container: SystemdContainer,
+) -> None:
+    suite_up(container)
+    original = container.settings_file.read_text()
+    feeder = "dataq-feed@srv-incoming.service"
+    container.run("install", "-d", "-m", "0755", "/srv/incoming")
+    try:
+        container.settings_file.write_text(original + '\n[feed]\ndirectories = ["/srv/incoming"]\n'
+                                           'queue = "transfer"\n')
+        container.systemctl("daemon-reload")
+        container.systemctl("start", "dataq")
+        container.wait_for("the feeder", lambda: feeder in container.active_units())
+        done = container.summary("transfer")["counters"].get("done", 0)
+        container.run("sh", "-c", "echo 'a night of data' > /srv/incoming/a.fits")
+        container.wait_for("the watched file's record to be done",
+                           lambda: container.summary("transfer")["counters"].get("done") == done + 1)
+        status = container.run(DATAQ, "feed", "--watch", "/srv/incoming", "--status").stdout
+        assert "spool /var/lib/dataq/feed/srv-incoming" in status and "pending: 0" in status
+        assert "answered: 1" in status
+    finally:
+        container.settings_file.write_text(original)
+        container.systemctl("daemon-reload")
+    container.systemctl("restart", "dataq")
+    container.wait_for("the suite without the feeder", lambda: container.active_units() == SUITE)
+    assert container.show(feeder, "ActiveState")["ActiveState"] == "inactive"
+    assert container.failed_units() == set()
+
+
 def test_invalid_settings_fail_start_dataq_with_the_reason(container: SystemdContainer) -> None:
     original = container.settings_file.read_text()
     try:

@@ -18,6 +18,7 @@ from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
 from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError, Retryable
+from dataq.feed.spool_status import read_spool_status
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import (
@@ -31,7 +32,7 @@ from tests.actions_support import (
     md5,
 )
 from tests.helpers import action_context
-from tests.push_support import QUEUE, RunningPush, push_settings, start_push
+from tests.push_support import QUEUE, Certs, RunningPush, eventually, push_settings, start_push
 
 DATA = b"dome flat " * 5000
 KILLED_WITHIN = 5.0
@@ -257,6 +258,9 @@ async def test_missing_rsync_program_fails_at_start(tmp_path: Path) -> None:
     {"destination": "/data", "next_sites": ["valley-host"], "next_path": "/d/{name}"},
     {"destination": "/data", "next_sites": ["valley-host:9988"], "next_path": "d/{name}"},
     {"destination": "/data", "io_timeout": 0},
+    {"destination": "/data", "handon_spool": "/var/spool/handon"},
+    {"destination": "/data", "next_sites": ["v:9988"], "next_path": "/d/{name}", "handon_spool": "relative"},
+    {"destination": "/data", "next_sites": ["v:9988"], "next_path": "/d/{name}", "handon_tls_cert": "/c.pem"},
     {"destination": "/data", "destinaton": "/x"},
 ])
 def test_bad_options_are_config_errors(options: dict[str, Any], tmp_path: Path) -> None:
@@ -338,3 +342,75 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
     assert caught.value.destination == f"next sites {down}, {silent}"
     assert Path(record.path).exists(), "the source stays until the next site holds the record"
     assert os.path.exists(valley / "incoming" / PUSHED_DATE / "a.fits"), "the transfer itself was done"
+
+
+# --- hand-on through a spool, and over TLS -------------------------------------------------------------------
+
+
+async def test_with_a_hand_on_spool_the_record_succeeds_while_the_next_site_is_away_and_reaches_it_later(
+        daemon: RsyncDaemon, redis_url: str, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    port = free_port_without_listener()
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{port}", remove_source=True,
+                                                     handon_spool=str(tmp_path / "handon")))
+    await action.start()
+    try:
+        await action.run(record)  # the next site is down: kept in the spool, done here
+        assert not Path(record.path).exists()
+        assert read_spool_status(str(tmp_path / "handon")).pending == 1
+        later = await start_push(push_settings(redis_url, tmp_path / "next-data", port=port))
+        try:
+            async def arrived() -> bool:
+                return await next_site_holds(next_queue, record) is not None
+
+            await eventually(arrived, 40)
+        finally:
+            await later.shutdown()
+    finally:
+        await action.close()
+    handed = await next_site_holds(next_queue, record)
+    assert handed is not None and handed.path == f"/valley/data/{PUSHED_DATE}/a.fits"
+    assert read_spool_status(str(tmp_path / "handon")).pending == 0
+
+
+async def test_two_pop_daemons_cannot_share_a_hand_on_spool(daemon: RsyncDaemon, tmp_path: Path) -> None:
+    options = hand_on_options(daemon, f"{LOOPBACK}:{free_port_without_listener()}",
+                              handon_spool=str(tmp_path / "handon"))
+    first = make_action(tmp_path, **options)
+    await first.start()
+    try:
+        with pytest.raises(ActionError, match=r"network_move: the spool .* is in use by another feeder"):
+            await make_action(tmp_path, **options).start()
+    finally:
+        await first.close()
+
+
+async def test_the_hand_on_speaks_mutual_tls_to_a_next_site_that_asks_for_it(
+        daemon: RsyncDaemon, redis_url: str, next_queue: QueueStore, source: Path, tmp_path: Path,
+        certs: Certs) -> None:
+    tls_site = await start_push(push_settings(redis_url, tmp_path / "tls-data", tls_cert=certs.server_cert,
+                                              tls_key=certs.server_key, tls_ca=certs.ca))
+    try:
+        record = make_file(source, "a.fits", DATA)
+        site = f"{LOOPBACK}:{tls_site.port}"
+        plain = make_action(tmp_path, **hand_on_options(daemon, site))
+        await plain.start()
+        with pytest.raises(Retryable, match="no next site took the record"):
+            await plain.run(record)
+        await plain.close()
+        mutual = make_action(tmp_path, **hand_on_options(daemon, site, handon_tls_ca=certs.ca,
+                                                          handon_tls_cert=certs.client_cert,
+                                                          handon_tls_key=certs.client_key))
+        await mutual.start()
+        await mutual.run(record)
+        await mutual.close()
+        assert await next_site_holds(next_queue, record) is not None
+    finally:
+        await tls_site.shutdown()
+
+
+async def test_an_unreadable_client_certificate_stops_the_action_at_start(daemon: RsyncDaemon, tmp_path: Path) -> None:
+    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:9", handon_tls_cert=str(tmp_path / "no"),
+                                                     handon_tls_key=str(tmp_path / "no")))
+    with pytest.raises(ActionError, match="network_move: cannot load the client certificate"):
+        await action.start()

@@ -1,0 +1,142 @@
+"""``network_move``'s hand-on: the record of a verified transfer, pushed to the next site's push daemons with the
+feeder's own client (:mod:`dataq.feed`), over TLS or mutual TLS when configured.
+
+Without a spool, each hand-on is one feed: the first next site that answers within ``timeout`` takes it, an
+``Error:`` reply fails the record, and no site answering is an outage of the next sites (``Retryable``). With a
+spool, a hand-on is kept in it (fsynced) and succeeds at once, and a sender running beside the pop daemon's
+workers (a :class:`~dataq.feed.forward.Forwarder`) sends the spool to the next sites for as long as they stay
+away: the next site's outage then holds up nothing at this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import ssl
+
+from dataq.config import MAX_PORT
+from dataq.errors import ActionError, DataqError, Retryable
+from dataq.feed.client import Feeder, client_tls_context
+from dataq.feed.forward import Forwarder, forward_until_stopped
+from dataq.feed.intake import entry_of
+from dataq.feed.spool import Spool
+from dataq.logs import get_logger
+from dataq.protocol import ReplyKind
+from dataq.record import Record
+from dataq.runtime.backoff import Backoff
+
+SENDER_RESTART_CAP = 60.0
+"""Longest wait before a failed hand-on sender starts again."""
+_SITE = re.compile(r"(?P<host>(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])):(?P<port>[0-9]{1,5})")
+
+log = get_logger()
+
+
+def parse_site(site: str) -> tuple[str, int]:
+    """(host, port) of a ``host:port`` next site (``[v6-address]:port`` too); ValueError if malformed."""
+    match = _SITE.fullmatch(site)
+    if match is None or not 0 < int(match["port"]) <= MAX_PORT:
+        raise ValueError(f"next site {site!r} is not host:port")
+    return match["host"].strip("[]"), int(match["port"])
+
+
+class HandOn:
+    """Hands records on to ``sites`` (``host:port``, tried in order); see the module's docstring."""
+
+    def __init__(self, sites: tuple[str, ...], *, timeout: float, spool: str | None,
+                 tls: tuple[str | None, str | None, str | None]) -> None:
+        self.sites, self.timeout, self.spool_dir, self.tls_files = sites, timeout, spool, tls
+        self._tls: ssl.SSLContext | None = None
+        self._spool: Spool | None = None
+        self._forwarder: Forwarder | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self._stop_sending = asyncio.Event()
+
+    async def start(self) -> None:
+        """Load the TLS files and open the spool: a mistake in either stops the pop daemon at start-up."""
+        ca, cert, key = self.tls_files
+        try:
+            if ca is not None or cert is not None:
+                self._tls = client_tls_context(ca, cert, key)
+            if self.spool_dir is not None:
+                self._spool = await Spool(self.spool_dir).open()
+        except DataqError as exc:
+            raise ActionError(f"network_move: {exc}") from exc
+        if self._spool is not None:
+            self._forwarder = self._new_forwarder(self._spool)
+            self._sending = asyncio.create_task(self._send(self._spool), name="hand-on sender")
+            self._sending.add_done_callback(_report_sender_end)
+
+    def _new_forwarder(self, spool: Spool) -> Forwarder:
+        return Forwarder(spool, [parse_site(site) for site in self.sites], tls=self._tls, timeout=self.timeout)
+
+    async def _send(self, spool: Spool) -> None:
+        """Send the spool until stopped; a sender that fails (a next site breaking the protocol, the spool's disk
+        failing) is started again after a while: the records wait in the spool meanwhile."""
+        backoff = Backoff(initial=1.0, cap=SENDER_RESTART_CAP)
+        while not self._stop_sending.is_set():
+            assert self._forwarder is not None
+            try:
+                await forward_until_stopped(self._forwarder, self._stop_sending, self.timeout)
+                return
+            except DataqError as exc:
+                log.error("the hand-on sender failed; starting it again", error=str(exc))
+            await backoff.wait(self._stop_sending)
+            self._forwarder = self._new_forwarder(spool)
+
+    async def close(self, grace: float) -> None:
+        """Stop the sender (what it has in flight gets ``grace`` seconds to be answered) and close the spool."""
+        if self._sending is not None:
+            self._stop_sending.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._sending, grace + self.timeout)
+        if self._spool is not None:
+            await self._spool.close()
+
+    async def __call__(self, record: Record, path: str) -> None:
+        """Hand ``record`` on as ``path``: ActionError if a next site refuses it, Retryable if none answers."""
+        handed = Record(path=path, checksum=record.checksum, size=record.size)
+        if self._spool is not None and self._forwarder is not None:
+            await self._keep(record, handed)
+            return
+        problems: list[str] = []
+        for site in self.sites:
+            host, port = parse_site(site)
+            # The default window: with a window of exactly one record the feeder would wait for more input.
+            feeder = Feeder(host, port, retry_for=0.0, tls=self._tls)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    result = await feeder.feed([handed])
+            except TimeoutError:
+                problems.append(f"{site}: no answer within {self.timeout:g}s")
+                continue
+            except DataqError as exc:  # unreachable, or not speaking the push protocol
+                problems.append(f"{site}: {exc}")
+                continue
+            assert result.replies is not None
+            (reply,) = result.replies
+            if reply.kind is ReplyKind.ERROR:
+                raise ActionError(f"next site {site} refused the record: {reply.detail}")
+            log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
+            return
+        # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
+        raise Retryable(f"no next site took the record: {'; '.join(problems)}",
+                        destination=f"next sites {', '.join(self.sites)}")
+
+    async def _keep(self, record: Record, handed: Record) -> None:
+        assert self._spool is not None and self._forwarder is not None
+        if self._sending is not None and self._sending.done():  # a bug, logged: run the record again later
+            raise Retryable("the hand-on sender has stopped (see the pop daemon's log)",
+                            destination=f"spool {self._spool.directory}")
+        try:
+            await self._spool.add([entry_of(handed)])
+        except DataqError as exc:  # a full disk, a damaged spool: the record runs again later
+            raise Retryable(f"cannot keep the hand-on: {exc}", destination=f"spool {self._spool.directory}") from exc
+        self._forwarder.wake()
+        log.info("handed on (spooled)", id=record.id, path=handed.path, spool=self._spool.directory)
+
+
+def _report_sender_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("the hand-on sender stopped; records wait in its spool", error=str(error))

@@ -1,0 +1,71 @@
+"""The ``[feed]`` section: store-and-forward feeders (``dataq feed``, ``dataq-feed@.service``).
+
+``directories`` are watched by ``dataq run`` and, under systemd, by one ``dataq-feed@DIR.service`` each (the
+generator makes ``dataq.target`` want them); ``dataq feed --watch DIR`` takes the other keys from here too, its
+options winning. :mod:`dataq.config.schema` gathers it into :class:`~dataq.config.schema.Settings`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dataq.config.loader import Invalid, Section, absolute, setting, together
+from dataq.config.redis_settings import parse_host_port
+
+DEFAULT_FEED_WINDOW = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSettings(Section):
+    """Watched directories and how their files are fed (:mod:`dataq.feed`)."""
+
+    directories: tuple[str, ...] = ()
+    """Absolute paths of directories whose complete files are fed, one feeder each."""
+    queue: str | None = None
+    """The queue whose push daemon the feeders send to when no ``targets`` are given (None: the first queue)."""
+    targets: tuple[str, ...] = ()
+    """``host:port`` push daemons, tried in order (none: the queue's own push daemon)."""
+    spool: str | None = None
+    """Directory holding one spool per watched directory (None: ``<data_dir>/feed``)."""
+    recursive: bool = False
+    """Watch the directories' subdirectories too."""
+    include: tuple[str, ...] = ()
+    """Globs a file must match to be fed (none: every file); a glob with ``/`` matches the path beneath the
+    directory, others the name."""
+    exclude: tuple[str, ...] = ()
+    """Globs of files not fed, besides hidden and temporary names (``.*``, ``*.tmp``, ``*.part``, ``*~``)."""
+    poll: float | None = setting(None, gt=0)
+    """Seconds between listings of a directory on a network file system, where inotify sees no writes (None:
+    inotify)."""
+    settle: float = setting(2.0, ge=0)
+    """Seconds a file found by a scan must stay unchanged before it is fed."""
+    window: int = setting(DEFAULT_FEED_WINDOW, ge=1)
+    """Records sent and not yet answered."""
+    timeout: float = setting(10.0, gt=0)
+    """Seconds a push daemon has to accept a connection (and, with several targets, to answer) before the next
+    is tried."""
+    failback_after: float = setting(60.0, gt=0)
+    """Seconds on a later target before the first is tried again."""
+    tls_ca: str | None = None
+    """CA file to verify TLS push daemons with (set it, or ``tls_cert``, to feed over TLS)."""
+    tls_cert: str | None = None
+    """Client certificate for mutual TLS."""
+    tls_key: str | None = None
+    """Key of ``tls_cert``."""
+
+    def _check(self) -> None:
+        object.__setattr__(self, "directories", tuple(os.path.normpath(d) for d in self.directories))
+        for directory in self.directories:
+            absolute(directory, "directories")
+        if len(set(self.directories)) != len(self.directories):
+            raise Invalid("directories", "key '{key}' names a directory twice")
+        for target in self.targets:
+            try:
+                parse_host_port(target, default_port=0)
+            except ValueError as exc:
+                raise Invalid("targets", f"key '{{key}}': {exc}") from None
+            if parse_host_port(target, default_port=0)[1] == 0:
+                raise Invalid("targets", f"key '{{key}}': {target!r} has no port (host:port)")
+        absolute(self.spool, "spool")
+        together(self, "tls_cert", "tls_key")

@@ -1,0 +1,306 @@
+"""Intake: from complete files (or ready records) to records kept in the spool.
+
+A watched file is checksummed off the event loop, by a pool of threads (hashlib releases the GIL, so several
+files hash at once), in large blocks. Its (path, size, mtime, inode) is asked of the spool first: a version of a
+file already taken in is neither hashed nor sent again, across restarts too. A file that changes while it is
+hashed is dropped for now (its writer's close, or the next scan, brings it back); one that vanishes is dropped
+with a warning. Records reach the spool in batches, one fsynced transaction each, and then wake the forwarder.
+
+When the spool's disk is full, intake stops (with one error logged) and tries the same batch again until there
+is room, while the forwarder goes on sending: the watcher's paths wait meanwhile, and the scan at the next start
+finds anything that waited in vain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dataq.checksum import DEFAULT_ALGORITHM, hash_fd
+from dataq.errors import InvalidRecord, SpoolFull
+from dataq.feed.forward import Forwarder
+from dataq.feed.spool import Entry, FileKey, Spool
+from dataq.logs import get_logger
+from dataq.record import DEFAULT_RULES, Record, RecordRules, format_line, make_record
+from dataq.runtime.backoff import Backoff
+
+FILES_PER_WORKER = 8
+"""Files being looked at per checksum thread: small files are mostly waiting (a stat, a read, the spool)."""
+BATCH = 512
+"""Records added to the spool in one transaction at most."""
+QUEUED_BATCHES = 4
+"""Batches waiting for the spool before intake pushes back on its source."""
+FULL_DISK_RETRY_CAP = 10.0
+"""Longest wait between two tries to add to a spool whose disk is full."""
+
+log = get_logger()
+
+
+def entry_of(record: Record, file: FileKey | None = None) -> Entry:
+    """A record as the spool keeps it: its wire line (paths from the file system may hold surrogate escapes)."""
+    line = (format_line(record) + "\n").encode("utf-8", "surrogateescape")
+    return Entry(line, record.checksum, record.path, file)
+
+
+class Intake:
+    """Puts records into ``spool`` and wakes ``forwarder``; counts what it took and what it could not."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        forwarder: Forwarder,
+        rules: RecordRules = DEFAULT_RULES,
+        *,
+        algorithm: str = DEFAULT_ALGORITHM,
+        workers: int | None = None,
+        on_unreadable: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_unreadable`` gets the path of a file this feeder may not read (a writer's chmod comes later)."""
+        self.spool, self.forwarder, self.rules, self.algorithm = spool, forwarder, rules, algorithm
+        self.on_unreadable = on_unreadable
+        self.workers = workers or os.cpu_count() or 1
+        self.taken = 0
+        self.skipped = 0
+        self.failed = 0
+        self._batches: asyncio.Queue[list[Entry] | None] = asyncio.Queue(QUEUED_BATCHES)
+        self._batch: list[Entry] = []
+        self._in_progress: dict[str, bool] = {}
+        """Paths being hashed -> whether they were seen again meanwhile (then they are looked at once more)."""
+        self._uncommitted: set[FileKey] = set()
+        """Files hashed whose records are not in the spool yet: seen again meanwhile, they are not hashed again."""
+        self._abort = threading.Event()
+        self._unreadable: set[str] = set()
+        self._failed: asyncio.Future[None] | None = None
+        """Set with the error that stops intake (the spool unusable): whoever waits on intake sees it."""
+
+    async def take_files(self, paths: AsyncIterable[str]) -> None:
+        """Checksum each complete file of ``paths`` and keep its record, until ``paths`` ends; a failure of the
+        spool (damaged, unusable) ends it at once."""
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum")
+        slots = asyncio.Semaphore(self.workers * FILES_PER_WORKER)
+        jobs: set[asyncio.Task[None]] = set()
+        failed = self._failed = asyncio.get_running_loop().create_future()
+
+        def ended(task: asyncio.Task[None]) -> None:
+            jobs.discard(task)
+            slots.release()
+            if not task.cancelled() and (error := task.exception()) is not None:
+                self._fail(error)
+
+        writer = asyncio.create_task(self._write_batches(), name="spool-writer")
+        source = aiter(paths)
+        following: asyncio.Future[str] | None = None
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(source))
+                racing: set[asyncio.Future[Any]] = {following, failed}
+                await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+                if failed.done():
+                    failed.result()
+                try:
+                    path = following.result()
+                except StopAsyncIteration:
+                    break
+                if path in self._in_progress:
+                    self._in_progress[path] = True
+                    continue
+                await slots.acquire()
+                self._in_progress[path] = False
+                job = asyncio.create_task(self._take_file(path, pool))
+                jobs.add(job)
+                job.add_done_callback(ended)
+            await asyncio.gather(*jobs)
+            await self._end_batches(writer)
+            if failed.done():
+                failed.result()
+        finally:
+            await _close_source(source, following)
+            for job in jobs:
+                job.cancel()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+            if failed.done() and not failed.cancelled():
+                failed.exception()  # retrieved: raised above, or superseded by what is raised
+            # Reads under way stop at their next block: a big file must not hold up a stop.
+            self._abort.set()
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+    async def take_records(self, records: AsyncIterable[Record]) -> None:
+        """Keep every record of ``records`` (made elsewhere: a file of record lines, a scan)."""
+        failed = self._failed = asyncio.get_running_loop().create_future()
+        writer = asyncio.create_task(self._write_batches(), name="spool-writer")
+        try:
+            async for record in records:
+                await self._keep(entry_of(record))
+                if failed.done():
+                    failed.result()
+            await self._end_batches(writer)
+            if failed.done():
+                failed.result()
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failed is not None and not self._failed.done():
+            self._failed.set_exception(error)
+
+    async def _take_file(self, path: str, pool: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    entry = await self._entry_for(path, loop, pool)
+                except FileNotFoundError:
+                    log.warning("file vanished before it was sent; dropped", path=path)
+                    entry = None
+                except PermissionError as exc:
+                    self.failed += 1
+                    if path not in self._unreadable:  # once: it is tried again every 30 s
+                        self._unreadable.add(path)
+                        log.error("cannot read a watched file; trying again later", path=path,
+                                  error=exc.strerror or str(exc))
+                    if self.on_unreadable is not None:
+                        self.on_unreadable(path)
+                    entry = None
+                except (OSError, ValueError) as exc:  # an I/O error, a name SQLite cannot take...: this file only
+                    self.failed += 1
+                    log.error("cannot feed a watched file", path=path, error=getattr(exc, "strerror", None) or str(exc))
+                    entry = None
+                if entry is not None:
+                    await self._keep(entry)
+                if not self._in_progress.get(path):
+                    return
+                self._in_progress[path] = False  # seen again while hashed: look once more
+        finally:
+            self._in_progress.pop(path, None)
+
+    async def _entry_for(self, path: str, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> Entry | None:
+        # One trip to a checksum thread per file: look, ask the spool, read.
+        examined = await loop.run_in_executor(pool, self._examine, path)
+        if examined is None:
+            return None
+        if isinstance(examined, FileKey):
+            self.skipped += 1
+            return None
+        key, hashed = examined
+        try:
+            record = make_record(path, hashed, key.size, self.rules)
+        except InvalidRecord as exc:
+            self.failed += 1
+            log.error("a watched file cannot be a record; not fed", path=path, error=str(exc))
+            return None
+        self._uncommitted.add(key)
+        return entry_of(record, key)
+
+    async def _keep(self, entry: Entry) -> None:
+        self._batch.append(entry)
+        if len(self._batch) >= BATCH or self._batches.empty():
+            batch, self._batch = self._batch, []
+            await self._batches.put(batch)
+
+    async def _end_batches(self, writer: asyncio.Task[None]) -> None:
+        if self._batch:
+            batch, self._batch = self._batch, []
+            await self._batches.put(batch)
+        await self._batches.put(None)
+        await writer
+
+    async def _write_batches(self) -> None:
+        while True:
+            if self._batch and self._batches.empty():  # what _keep left while this writer was busy
+                batch, self._batch = self._batch, []
+            elif (queued := await self._batches.get()) is not None:
+                batch = queued
+            else:
+                return
+            # What queued meanwhile goes in the same transaction: one fsync for many records.
+            end = False
+            while len(batch) < BATCH and not self._batches.empty():
+                more = self._batches.get_nowait()
+                if more is None:
+                    end = True
+                    break
+                batch.extend(more)
+            if self._failed is None or not self._failed.done():
+                try:
+                    await self._add(batch)
+                except Exception as exc:  # the spool is unusable: tell intake, and go on draining its batches
+                    self._fail(exc)
+            if end:
+                return
+
+    async def _add(self, batch: list[Entry]) -> None:
+        backoff = Backoff(initial=0.5, cap=FULL_DISK_RETRY_CAP)
+        full = False
+        while True:
+            try:
+                await self.spool.add(batch)
+                break
+            except SpoolFull as exc:
+                if not full:
+                    log.error("intake stopped: the spool's disk is full; sending goes on", error=str(exc))
+                    full = True
+                await backoff.wait()
+        if full:
+            log.info("intake resumed: the spool has room again", directory=self.spool.directory)
+        self.taken += len(batch)
+        self._uncommitted.difference_update(entry.file for entry in batch if entry.file is not None)
+        self.forwarder.wake()
+
+
+    def _examine(self, path: str) -> tuple[FileKey, str] | FileKey | None:
+        """On a checksum thread: (the file's key, its checksum); the key alone if the spool has this version of
+        the file already; None if it is no regular file or changed while it was read (its writer's close brings it
+        back)."""
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        key = FileKey.of(path, info)
+        if key in self._uncommitted or self.spool.known_here(key):
+            return key
+        hashed = _hash_unchanged(path, key, self.algorithm, self._abort)
+        if hashed is None:
+            log.debug("file changed while it was read; waiting for its writer", path=path)
+            return None
+        return key, hashed
+
+
+def _hash_unchanged(path: str, key: FileKey, algorithm: str, abort: threading.Event) -> str | None:
+    """The checksum of the file at ``path`` if it is still the version ``key`` after reading it, else None."""
+    # O_NONBLOCK: a FIFO put in the file's place must not hang the open (it then fails the key check below).
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if FileKey.of(path, os.fstat(fd)) != key:
+            return None
+        checksum, size = hash_fd(fd, algorithm, abort)
+        if size != key.size or FileKey.of(path, os.fstat(fd)) != key:
+            return None
+    finally:
+        os.close(fd)
+    try:
+        after = os.lstat(path)
+    except FileNotFoundError:
+        return checksum  # read whole; its removal is the forwarder's to notice
+    return checksum if FileKey.of(path, after) == key else None
+
+
+async def _close_source(source: AsyncIterator[str], following: asyncio.Future[str] | None) -> None:
+    """End the watcher (its tasks, its inotify descriptor) with intake."""
+    if following is not None and not following.done():
+        following.cancel()
+    if following is not None:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await following
+    close = getattr(source, "aclose", None)
+    if close is not None:
+        with contextlib.suppress(RuntimeError, asyncio.CancelledError):
+            await close()
