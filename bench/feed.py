@@ -19,10 +19,10 @@ alternating order:
 
 Targets (the issue): the feeder's MB/s on large files >= 0.9 of md5sum's, >= 2,000 small files/s.
 
-**The spool's cost per record** on the same disk: :meth:`Spool.add` of 512 records per transaction (as the
-intake batches) and of one record per transaction, :meth:`Spool.settle` alike, the ``known`` look-up the intake
-makes per file, and a bare loop of ``pwrite`` 4 KiB + ``os.fsync`` in the same directory: a commit of the spool
-(SQLite, WAL, ``synchronous = FULL``) costs one such fsync.
+**The spool's cost per record** on the same disk (`bench/spool_cost.py`): :meth:`Spool.add` of 512 records per
+transaction (as the intake batches) and of one record per transaction, :meth:`Spool.settle` alike, the ``known``
+look-up the intake makes per file, and a bare loop of ``pwrite`` 4 KiB + ``os.fsync`` in the same directory: a
+commit of the spool (SQLite, WAL, ``synchronous = FULL``) costs one such fsync.
 
 CPU: the feeding process's user+system seconds (getrusage; with ``--daemon inprocess`` it includes the push
 daemon) and redis-server's (and the push daemon's, as a subprocess) from /proc.
@@ -55,9 +55,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.push import LOAD_BEFORE, cpu_seconds, machine, push_daemon
+from bench.spool_cost import SPOOL_BATCH, spool_costs
 from dataq.config import MetricsSettings, PushSettings, QueueSettings, RedisSettings, Settings
 from dataq.embedded.redis_server import EmbeddedRedis
-from dataq.feed.spool import Entry, FileKey, Pending, Spool
+from dataq.feed.spool import Entry, Pending, Spool
 from dataq.feed.spool_status import read_spool_status
 from dataq.feed.spooled import Link, watch_and_forward
 from dataq.feed.watch import WatchOptions
@@ -70,7 +71,6 @@ QUEUE = "transfer"
 LOOPBACK = "127.0.0.1"
 KIB, MIB, MB = 1024, 1024 * 1024, 1_000_000
 WINDOW = 1000
-SPOOL_BATCH = 512
 """Records per transaction of the intake (dataq.feed.intake.BATCH)."""
 POLL = 0.005
 FEED_TIMEOUT = 600.0
@@ -298,91 +298,6 @@ async def feed(options: WatchOptions, spool: Path, link: Link, stop: asyncio.Eve
         await asyncio.wait_for(task, STARTUP_TIMEOUT)
 
 
-# --- the spool's cost ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class SpoolCosts:
-    add_batched: float
-    add_single: float
-    settle_batched: float
-    settle_single: float
-    known: float
-    fsync: float
-    fdatasync: float
-    """Seconds per record (per call for the bare loops)."""
-
-
-def entries(start: int, count: int, directory: str) -> list[Entry]:
-    made = []
-    for n in range(start, start + count):
-        path = f"{directory}/f{n:09d}.fits"
-        checksum = f"{n:032x}"
-        made.append(Entry(f"{path} {checksum} 4096\n".encode(), checksum, path,
-                          FileKey(path, 4096, 1_404_777_600_000_000_000 + n, 1000 + n)))
-    return made
-
-
-async def spool_costs(directory: Path, plan: Plan) -> SpoolCosts:
-    spool = await Spool(str(directory / "spool")).open()
-    try:
-        batched = entries(0, plan.spool_batched, "/data/incoming")
-        single = entries(plan.spool_batched, plan.spool_single, "/data/incoming")
-
-        began = time.perf_counter()
-        for start in range(0, len(batched), SPOOL_BATCH):
-            await spool.add(batched[start:start + SPOOL_BATCH])
-        add_batched = (time.perf_counter() - began) / len(batched)
-
-        began = time.perf_counter()
-        for entry in single:
-            await spool.add([entry])
-        add_single = (time.perf_counter() - began) / len(single)
-
-        began = time.perf_counter()
-        for entry in single:
-            spool.known_here(entry.file)  # type: ignore[arg-type]
-        known = (time.perf_counter() - began) / len(single)
-
-        seqs = [row.seq for row in await spool.pending(0, len(batched) + len(single))]
-        first, rest = seqs[:len(batched)], seqs[len(batched):]
-        began = time.perf_counter()
-        for start in range(0, len(first), SPOOL_BATCH):
-            await spool.settle(first[start:start + SPOOL_BATCH], [])
-        settle_batched = (time.perf_counter() - began) / len(first)
-
-        began = time.perf_counter()
-        for seq in rest:
-            await spool.settle([seq], [])
-        settle_single = (time.perf_counter() - began) / len(rest)
-        if read_spool_status(spool.directory).pending:
-            raise SystemExit("the spool still holds records after settling them all")
-    finally:
-        await spool.close()
-    return SpoolCosts(add_batched, add_single, settle_batched, settle_single, known,
-                      bare_fsync(directory / "fsync.bin", plan.spool_single),
-                      bare_fsync(directory / "fsync.bin", plan.spool_single, os.fdatasync))
-
-
-def bare_fsync(path: Path, count: int, sync: Callable[[int], None] = os.fsync) -> float:
-    """Seconds per ``pwrite`` of 4 KiB + ``sync`` (``os.fsync`` or ``os.fdatasync``, which SQLite calls: one per
-    commit) of a file in ``path``'s directory, at offsets going round a preallocated MiB (as SQLite writes its WAL
-    again from its start after a checkpoint)."""
-    block = os.urandom(4 * KIB)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.pwrite(fd, bytes(MIB), 0)
-        os.fsync(fd)
-        began = time.perf_counter()
-        for n in range(count):
-            os.pwrite(fd, block, (n * 4 * KIB) % MIB)
-            sync(fd)
-        return (time.perf_counter() - began) / count
-    finally:
-        os.close(fd)
-        path.unlink()
-
-
 # --- the run -------------------------------------------------------------------------------------------------
 
 
@@ -439,7 +354,7 @@ async def run(plan: Plan, repeat: int, mode: str, workdir: str | None) -> None:
         finally:
             await store.close()
             redis.stop()
-        costs = await spool_costs(work, plan)
+        costs = await spool_costs(work, plan.spool_batched, plan.spool_single)
     elapsed = time.perf_counter() - began
 
     print(f"\nfeeder (`dataq feed --watch`: hash + spool + send), median of {repeat} round(s); "
