@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import ssl
 
-from dataq.config import MAX_PORT
+from dataq.config.feed_settings import parse_target
 from dataq.errors import ActionError, DataqError, Retryable
 from dataq.feed.client import Feeder, client_tls_context
 from dataq.feed.forward import Forwarder, forward_until_stopped
@@ -28,17 +27,16 @@ from dataq.runtime.backoff import Backoff
 
 SENDER_RESTART_CAP = 60.0
 """Longest wait before a failed hand-on sender starts again."""
-_SITE = re.compile(r"(?P<host>(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])):(?P<port>[0-9]{1,5})")
 
 log = get_logger()
 
 
 def parse_site(site: str) -> tuple[str, int]:
     """(host, port) of a ``host:port`` next site (``[v6-address]:port`` too); ValueError if malformed."""
-    match = _SITE.fullmatch(site)
-    if match is None or not 0 < int(match["port"]) <= MAX_PORT:
-        raise ValueError(f"next site {site!r} is not host:port")
-    return match["host"].strip("[]"), int(match["port"])
+    try:
+        return parse_target(site)
+    except ValueError as exc:
+        raise ValueError(f"next site {exc}") from None
 
 
 class HandOn:

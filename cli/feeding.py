@@ -21,7 +21,7 @@ from dataq.cli.options import (
     run_command,
 )
 from dataq.config import MAX_PORT, Settings
-from dataq.config.redis_settings import parse_host_port
+from dataq.config.feed_settings import parse_target
 from dataq.errors import ConfigError, DataqError
 from dataq.feed.client import Target
 from dataq.feed.spool import DATABASE
@@ -30,11 +30,7 @@ from dataq.feed.spooled import spool_dir_for
 
 WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 """A push daemon listening on every address is reached on loopback."""
-WATCH_ONLY = ("recursive", "include", "exclude", "poll", "settle")
-
-
-def _seconds(minimum: float = 0.0) -> click.FloatRange:
-    return click.FloatRange(min=minimum, min_open=minimum == 0.0)
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 
 
 @click.command()
@@ -52,13 +48,13 @@ def _seconds(minimum: float = 0.0) -> click.FloatRange:
 @click.option("--include", multiple=True, metavar="GLOB", help="With --watch: feed only files matching a GLOB.")
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="With --watch: skip files matching GLOB (besides .*, *.tmp, *.part, *~).")
-@click.option("--poll", type=_seconds(), default=None, metavar="SECONDS",
+@click.option("--poll", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="With --watch: list the directory every SECONDS instead of inotify (network file systems).")
 @click.option("--settle", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="With --watch: a file found by a scan is fed once unchanged for SECONDS.")
 @click.option("--spool", "spool_dir", type=click.Path(file_okay=False), default=None,
               help="Keep records in this spool directory until answered, and never give up.")
-@click.option("--retry-for", type=_seconds(), default=None, metavar="SECONDS",
+@click.option("--retry-for", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Without a spool: give up after SECONDS of failing to reach the push daemon (default 60).")
 @click.option("--window", type=click.IntRange(min=1), default=None,
               help="Records sent but not yet acknowledged (default: [feed] window, 1000).")
@@ -156,12 +152,9 @@ def _targets(settings: Settings, queue: str, host: str | None, port: int | None,
         chosen = []
         for text in targets or settings.feed.targets:
             try:
-                target = parse_host_port(text, default_port=0)
+                chosen.append(parse_target(text))
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="--target") from None
-            if target[1] == 0:
-                raise click.BadParameter(f"{text!r} has no port (HOST:PORT)", param_hint="--target")
-            chosen.append(target)
         return chosen
     listen = settings.push.host
     return [(host or WILDCARD_HOSTS.get(listen, listen), port or settings.push_port_for(queue))]

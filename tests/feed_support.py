@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from dataq.feed.spool_status import SpoolStatus, read_spool_status
 from dataq.feed.spooled import Link, watch_and_forward
 from dataq.feed.watch import WatchOptions
 from dataq.store import QueueList, QueueStore
-from tests.push_support import LOOPBACK, WAIT_TIMEOUT, eventually
+from tests.push_support import WAIT_TIMEOUT, eventually
 
 FAST = {"settle": 0.2}
 """A start scan that waits 0.2 s for files to settle (the tests write them before)."""
@@ -28,13 +27,6 @@ FAST = {"settle": 0.2}
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
 
 
 def write_file(path: Path, data: bytes) -> str:

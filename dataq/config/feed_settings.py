@@ -62,10 +62,17 @@ class FeedSettings(Section):
             raise Invalid("directories", "key '{key}' names a directory twice")
         for target in self.targets:
             try:
-                parse_host_port(target, default_port=0)
+                parse_target(target)
             except ValueError as exc:
                 raise Invalid("targets", f"key '{{key}}': {exc}") from None
-            if parse_host_port(target, default_port=0)[1] == 0:
-                raise Invalid("targets", f"key '{{key}}': {target!r} has no port (host:port)")
         absolute(self.spool, "spool")
         together(self, "tls_cert", "tls_key")
+
+
+def parse_target(text: str) -> tuple[str, int]:
+    """(host, port) of a push daemon given as ``host:port`` (``[v6-address]:port``); ValueError says what is
+    wrong (a feeder, ``[feed] targets``, and ``network_move``'s ``next_sites``)."""
+    host, port = parse_host_port(text, default_port=0)
+    if port == 0:
+        raise ValueError(f"{text!r} has no port (host:port)")
+    return host, port

@@ -18,7 +18,6 @@ appending to one AOF would corrupt it.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -35,6 +34,7 @@ from urllib.parse import quote
 from dataq.config import APPENDFSYNC_CHOICES, DEFAULT_APPENDFSYNC, MAX_PORT
 from dataq.errors import EmbeddedRedisError
 from dataq.runtime import children
+from dataq.runtime.locks import held_lock_text, try_lock, write_holder
 from dataq.store.connection import server_pid
 
 REDIS_SERVER = "redis-server"
@@ -59,7 +59,6 @@ PORT_IN_USE_MARKER = "Address already in use"
 PROBE_TIMEOUT = 0.5
 PROBE_INTERVAL = 0.05
 LOG_TAIL_LINES = 20
-LOCK_INFO_MAX_BYTES = 4096
 
 _logger = logging.getLogger(__name__)
 
@@ -268,21 +267,14 @@ class EmbeddedRedis:
             return  # still ours: the server died on its own and is being started again
         lock_path = self._data_dir / LOCK_FILE
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+            taken = try_lock(lock_path, LOCK_FILE_MODE)
         except OSError as exc:
-            raise EmbeddedRedisError(f"cannot open the lock file {lock_path}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _parse_lock_info(_read_fd(fd)).get("pid", "unknown")
-            os.close(fd)
-            raise EmbeddedRedisError(
-                f"data directory {self._data_dir} is already used by a running dataq redis-server (pid {holder})"
-            ) from None
-        except OSError as exc:
-            os.close(fd)
             raise EmbeddedRedisError(f"cannot lock {lock_path}: {exc}") from exc
-        self._lock_fd = fd
+        if isinstance(taken, str):
+            holder = _parse_lock_info(taken).get("pid", "unknown")
+            raise EmbeddedRedisError(
+                f"data directory {self._data_dir} is already used by a running dataq redis-server (pid {holder})")
+        self._lock_fd = taken
         self._write_lock_info(os.getpid())
 
     def _write_lock_info(self, pid: int) -> None:
@@ -290,8 +282,7 @@ class EmbeddedRedis:
         lines = [f"pid={pid}", f"owner={os.getpid()}"]
         if self._socket_path is not None or self._port is not None:
             lines.append(f"url={self.url}")
-        os.ftruncate(self._lock_fd, 0)
-        os.pwrite(self._lock_fd, ("\n".join(lines) + "\n").encode(), 0)
+        write_holder(self._lock_fd, "\n".join(lines) + "\n")
 
     def _release_lock(self) -> None:
         # The file itself stays: unlinking a lock file races with a process that has just opened it.
@@ -306,20 +297,10 @@ def find_running(data_dir: str | Path) -> str | None:
     A server counts only if the directory's lock is held and the server at the recorded URL answers PING with
     the recorded pid. A server owned by this very process counts too.
     """
-    try:
-        fd = os.open(_absolute(data_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    text = held_lock_text(_absolute(data_dir) / LOCK_FILE)
+    if text is None:
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            info = _parse_lock_info(_read_fd(fd))
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-    finally:
-        os.close(fd)
+    info = _parse_lock_info(text)
     url, pid = info.get("url"), info.get("pid", "")
     if url is None or not pid.isdigit():
         return None
@@ -360,10 +341,6 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 def _parse_lock_info(text: str) -> dict[str, str]:
     pairs = (line.partition("=") for line in text.splitlines())
     return {key.strip(): value.strip() for key, sep, value in pairs if sep}
-
-
-def _read_fd(fd: int) -> str:
-    return os.pread(fd, LOCK_INFO_MAX_BYTES, 0).decode(errors="replace")
 
 
 def _file_size(path: Path) -> int:

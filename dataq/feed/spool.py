@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import os
 import sqlite3
 import threading
@@ -41,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 from dataq.errors import SpoolBusy, SpoolCorrupt, SpoolError, SpoolFull
+from dataq.runtime.locks import try_lock, write_holder
 
 DATABASE = "spool.sqlite"
 LOCK = "lock"
@@ -186,18 +186,9 @@ class Spool:
                 [(path_blob(entry.file.path), *entry.file[1:], entry.checksum) for entry in entries
                  if entry.file is not None])
 
-    async def known(self, key: FileKey) -> bool:
-        """Whether this version of the file was taken in already."""
-        return await self._run(self._known, key)
-
-    def _known(self, key: FileKey, connection: sqlite3.Connection | None = None) -> bool:
-        row = (connection or self._db()).execute(
-            "SELECT 1 FROM files WHERE path = ? AND size = ? AND mtime_ns = ? AND inode = ?",
-            (path_blob(key.path), *key[1:])).fetchone()
-        return row is not None
-
     def known_here(self, key: FileKey) -> bool:
-        """:meth:`known`, from the calling thread (any but the event loop's), on that thread's read connection."""
+        """Whether this version of the file was taken in already. It blocks: asked from a checksum thread, on that
+        thread's own read connection."""
         connection: sqlite3.Connection | None = getattr(self._readers, "connection", None)
         try:
             if connection is None:
@@ -206,9 +197,11 @@ class Spool:
                 self._readers.connection = connection
                 with self._readers_lock:
                     self._reader_connections.append(connection)
-            return self._known(key, connection)
+            row = connection.execute("SELECT 1 FROM files WHERE path = ? AND size = ? AND mtime_ns = ? AND inode = ?",
+                                     (path_blob(key.path), *key[1:])).fetchone()
         except sqlite3.Error as exc:
             raise spool_error(self.file, exc) from exc
+        return row is not None
 
     async def forget_files_except(self, root: str, present: Iterable[str]) -> int:
         """Forget the files under ``root`` that are not in ``present`` (a scan's listing); how many were."""
@@ -334,21 +327,15 @@ def _set_notes(cursor: sqlite3.Cursor, **values: Any) -> None:
 
 
 def _take_lock(directory: str) -> int:
-    path = os.path.join(directory, LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = lock_holder_pid(fd)
-        os.close(fd)
+    taken = try_lock(os.path.join(directory, LOCK), 0o640)
+    if isinstance(taken, str):
+        holder = holder_pid(taken)
         raise SpoolBusy(f"the spool {directory} is in use by another feeder"
-                        + (f" (pid {holder})" if holder else "") + "; give each feeder its own --spool") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+                        + (f" (pid {holder})" if holder else "") + "; give each feeder its own --spool")
+    write_holder(taken, f"{os.getpid()}\n")
+    return taken
 
 
-def lock_holder_pid(fd: int) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        return int(os.pread(fd, 32, 0).decode().strip() or "0") or None
-    return None
+def holder_pid(text: str) -> int | None:
+    """The pid a feeder wrote in the spool's lock file."""
+    return int(text.strip()) if text.strip().isdigit() else None

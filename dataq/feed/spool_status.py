@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 from collections.abc import Callable
@@ -12,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dataq.errors import SpoolCorrupt, SpoolError
-from dataq.feed.spool import DATABASE, LOCK, SCHEMA_VERSION, lock_holder_pid, path_text, spool_error, wal_pragmas
+from dataq.feed.spool import DATABASE, LOCK, SCHEMA_VERSION, holder_pid, path_text, spool_error, wal_pragmas
+from dataq.runtime.locks import held_lock_text
 
 RECENT_REFUSALS = 20
 """Refused records ``--status`` lists in full."""
@@ -46,21 +46,9 @@ class SpoolStatus:
 
 
 def held_by(directory: str) -> int | None:
-    """The pid of the feeder holding the spool ``directory`` (None: nobody runs on it)."""
-    path = os.path.join(directory, LOCK)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return lock_holder_pid(fd) or -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+    """The pid of the feeder holding the spool ``directory`` (-1 if it wrote none; None: nobody runs on it)."""
+    text = held_lock_text(os.path.join(directory, LOCK))
+    return None if text is None else holder_pid(text) or -1
 
 
 def read_status(connection: sqlite3.Connection, directory: str, held_by: int | None) -> SpoolStatus:

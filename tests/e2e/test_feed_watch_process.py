@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from dataq.embedded.redis_server import free_port
 from dataq.feed.spool_status import read_spool_status
 from dataq.store import QueueStore
-from tests.feed_support import closed_port, md5, queued, until_queued, write_file
+from tests.feed_support import md5, queued, until_queued, write_file
 from tests.push_support import StartPush, dataq_command, eventually
 
 ENV = {"DATAQ_CONFIG": "", "PATH": "/usr/bin:/bin"}
@@ -96,7 +97,7 @@ async def test_a_feeder_killed_mid_stream_loses_nothing_and_after_a_restart_ever
 async def test_a_push_daemon_away_for_longer_than_60_seconds_is_waited_for_and_then_fed(
     push_daemon: StartPush, store: QueueStore, tmp_path: Path
 ) -> None:
-    port = closed_port()
+    port = free_port()
     root = tmp_path / "incoming"
     async with watching(tmp_path, port) as process:
         await asyncio.sleep(1.0)
@@ -128,7 +129,7 @@ async def test_without_a_spool_retry_for_sets_how_long_a_feed_tries_before_it_gi
     dump = tmp_path / "dump.txt"
     dump.write_text(f"/data/a {md5(b'a')} 1\n")
     started = time.monotonic()
-    status, _, err = await dataq_feed("--port", str(closed_port()), "--retry-for", "1", str(dump))
+    status, _, err = await dataq_feed("--port", str(free_port()), "--retry-for", "1", str(dump))
     assert status == 1 and "Error: cannot reach the push daemon at 127.0.0.1:" in err
     assert time.monotonic() - started < 15
 
@@ -136,7 +137,7 @@ async def test_without_a_spool_retry_for_sets_how_long_a_feed_tries_before_it_gi
 async def test_a_spooled_feed_of_a_file_waits_for_the_push_daemon_and_ends_when_all_is_answered(
     push_daemon: StartPush, store: QueueStore, tmp_path: Path
 ) -> None:
-    port = closed_port()
+    port = free_port()
     dump = tmp_path / "dump.txt"
     lines = {md5(f"{n}".encode()): f"/data/f{n}" for n in range(30)}
     dump.write_text("".join(f"{path} {checksum} 10\n" for checksum, path in lines.items()))
@@ -155,7 +156,7 @@ async def test_a_damaged_spool_is_a_one_line_error_naming_its_file(tmp_path: Pat
     spool.mkdir()
     (spool / "spool.sqlite").write_bytes(os.urandom(4096))
     (tmp_path / "incoming").mkdir()
-    status, _, err = await dataq_feed("--config", str(feeder_config(tmp_path)), "--port", str(closed_port()),
+    status, _, err = await dataq_feed("--config", str(feeder_config(tmp_path)), "--port", str(free_port()),
                                       "--watch", str(tmp_path / "incoming"), "--spool", str(spool))
     assert status == 1
     assert f"Error: the spool {spool / 'spool.sqlite'} is damaged" in err and "Traceback" not in err
@@ -164,12 +165,12 @@ async def test_a_damaged_spool_is_a_one_line_error_naming_its_file(tmp_path: Pat
 
 
 async def test_a_second_feeder_on_a_spool_in_use_is_refused(tmp_path: Path) -> None:
-    async with watching(tmp_path, closed_port()) as first:
+    async with watching(tmp_path, free_port()) as first:
         async def spool_made() -> bool:
             return (tmp_path / "spool" / "lock").exists()
 
         await eventually(spool_made)
-        status, _, err = await dataq_feed("--config", str(feeder_config(tmp_path)), "--port", str(closed_port()),
+        status, _, err = await dataq_feed("--config", str(feeder_config(tmp_path)), "--port", str(free_port()),
                                           "--watch", str(tmp_path / "incoming"), "--spool", str(tmp_path / "spool"))
         assert status == 1 and f"in use by another feeder (pid {first.pid})" in err
 

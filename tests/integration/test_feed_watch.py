@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from dataq.embedded.redis_server import free_port
 from dataq.feed.client import client_tls_context
 from dataq.feed.watch import Watcher, WatchError, WatchOptions
 from dataq.store import QueueStore
-from tests.feed_support import StartFeeder, closed_port, md5, queued, until_queued, until_spool_empty, write_file
+from tests.feed_support import StartFeeder, md5, queued, until_queued, until_spool_empty, write_file
 from tests.push_support import LOOPBACK, Certs, StartPush, eventually
 
 
@@ -169,7 +170,7 @@ async def test_a_restart_neither_hashes_nor_sends_again_what_was_answered(
 async def test_records_wait_in_the_spool_while_the_push_daemon_is_away_and_go_when_it_is_back(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
 ) -> None:
-    port = closed_port()
+    port = free_port()
     fed = await feeder([(LOOPBACK, port)])
     await asyncio.sleep(0.5)
     expected = {write_file(fed.root / f"f{n}", f"w {n}".encode()): str(fed.root / f"f{n}") for n in range(10)}
@@ -187,7 +188,7 @@ async def test_records_wait_in_the_spool_while_the_push_daemon_is_away_and_go_wh
 async def test_a_file_deleted_before_it_is_sent_is_dropped_with_a_warning(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
 ) -> None:
-    port = closed_port()
+    port = free_port()
     fed = await feeder([(LOOPBACK, port)])
     await asyncio.sleep(0.5)
     write_file(fed.root / "gone", b"soon deleted")
@@ -208,7 +209,7 @@ async def test_with_the_first_target_down_records_go_to_the_second(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
 ) -> None:
     daemon = await push_daemon()
-    fed = await feeder([(LOOPBACK, closed_port()), (daemon.host, daemon.port)])
+    fed = await feeder([(LOOPBACK, free_port()), (daemon.host, daemon.port)])
     await asyncio.sleep(0.5)
     checksum = write_file(fed.root / "f", b"fail over")
     assert await until_queued(store, 1) == {checksum: str(fed.root / "f")}
@@ -220,7 +221,7 @@ async def test_the_first_target_is_tried_again_after_failback_after(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
 ) -> None:
     second = await push_daemon()
-    first_port = closed_port()
+    first_port = free_port()
     fed = await feeder([(LOOPBACK, first_port), (second.host, second.port)], failback_after=0.5)
     await asyncio.sleep(0.5)
     write_file(fed.root / "f1", b"to the second")
@@ -243,7 +244,7 @@ async def test_a_full_disk_under_the_spool_stops_intake_with_a_clear_error_until
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
     try:
-        port = closed_port()
+        port = free_port()
         fed = await feeder([(LOOPBACK, port)], spool=small / "spool")
         await asyncio.sleep(0.5)
         ballast = small / "ballast"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from dataq.actions.files import SourceMismatch
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
 from dataq.config import QueueSettings
+from dataq.embedded.redis_server import free_port
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.feed.spool_status import read_spool_status
 from dataq.record import Record
@@ -65,13 +65,6 @@ def make_action(tmp_path: Path, **options: Any) -> NetworkMoveAction:
     (action,) = load_actions(action_context(queue))
     assert isinstance(action, NetworkMoveAction)
     return action
-
-
-def free_port_without_listener() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --- transfer and verification ------------------------------------------------------------------------------
@@ -214,7 +207,7 @@ async def test_unknown_module_is_a_failure_of_the_record_with_rsync_status_and_i
 
 async def test_daemon_not_listening_is_a_transient_outage_of_the_destination(source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    destination = f"rsync://{LOOPBACK}:{free_port_without_listener()}/valley"
+    destination = f"rsync://{LOOPBACK}:{free_port()}/valley"
     with pytest.raises(Retryable, match="exit status 10") as raised:
         await make_action(tmp_path, destination=destination).run(record)
     assert raised.value.destination == destination
@@ -311,7 +304,7 @@ async def test_hand_on_fails_over_past_sites_that_refuse_or_do_not_answer(
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
     async with SilentServer() as hung:
-        sites = (f"{LOOPBACK}:{free_port_without_listener()}", f"{LOOPBACK}:{hung.port}",
+        sites = (f"{LOOPBACK}:{free_port()}", f"{LOOPBACK}:{hung.port}",
                  f"{LOOPBACK}:{next_site.port}")
         await make_action(tmp_path, **hand_on_options(daemon, *sites, handon_timeout=0.5)).run(record)
     assert await next_site_holds(next_queue, record) is not None
@@ -331,7 +324,7 @@ async def test_error_reply_of_the_next_site_fails_the_record_and_keeps_the_sourc
 async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: RsyncDaemon, valley: Path,
                                                                         source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    down = f"{LOOPBACK}:{free_port_without_listener()}"
+    down = f"{LOOPBACK}:{free_port()}"
     async with SilentServer() as hung:
         silent = f"{LOOPBACK}:{hung.port}"
         action = make_action(tmp_path, **hand_on_options(daemon, down, silent, handon_timeout=0.5,
@@ -349,7 +342,7 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
 
 async def test_with_a_hand_on_spool_the_record_succeeds_while_the_next_site_is_away_and_reaches_it_later(
         daemon: RsyncDaemon, redis_url: str, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
-    port = free_port_without_listener()
+    port = free_port()
     record = make_file(source, "a.fits", DATA)
     action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{port}", remove_source=True,
                                                      handon_spool=str(tmp_path / "handon")))
@@ -374,7 +367,7 @@ async def test_with_a_hand_on_spool_the_record_succeeds_while_the_next_site_is_a
 
 
 async def test_two_pop_daemons_cannot_share_a_hand_on_spool(daemon: RsyncDaemon, tmp_path: Path) -> None:
-    options = hand_on_options(daemon, f"{LOOPBACK}:{free_port_without_listener()}",
+    options = hand_on_options(daemon, f"{LOOPBACK}:{free_port()}",
                               handon_spool=str(tmp_path / "handon"))
     first = make_action(tmp_path, **options)
     await first.start()

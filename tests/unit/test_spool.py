@@ -51,8 +51,8 @@ async def test_what_was_taken_in_survives_a_reopen(tmp_path: Path) -> None:
     try:
         (row,) = await again.pending(0, 10)
         assert row.local and row.path == "/data/f1"
-        assert await again.known(FileKey("/data/f1", 1, 1001, 51))
-        assert not await again.known(FileKey("/data/f1", 1, 9999, 51))  # another version of the file
+        assert again.known_here(FileKey("/data/f1", 1, 1001, 51))
+        assert not again.known_here(FileKey("/data/f1", 1, 9999, 51))  # another version of the file
     finally:
         await again.close()
 
