@@ -9,6 +9,7 @@ thread checks between chunks, so it stops soon instead of finishing unseen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -17,9 +18,12 @@ from typing import TypeVar
 
 from dataq.checksum import hash_fd_many
 from dataq.errors import ActionError, Permanent
+from dataq.logs import get_logger
 from dataq.record import Record
 
 T = TypeVar("T")
+
+log = get_logger()
 
 
 class SourceMismatch(Permanent):
@@ -44,6 +48,22 @@ async def in_thread(func: Callable[[threading.Event], T]) -> T:
         return await asyncio.to_thread(func, abort)
     except asyncio.CancelledError:
         abort.set()
+        raise
+
+
+async def finish_in_thread(func: Callable[..., T], /, *args: object) -> T:
+    """Run ``func(*args)`` in a worker thread and wait for its end even when the caller is cancelled (then the
+    cancellation goes on): work done under a lease must not outlive the lease, as a thread left running would."""
+    work = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([work])
+        if not work.cancelled() and work.exception() is not None:  # nobody is left to raise it to
+            log.warning("work finished after its caller was cancelled, and failed", work=getattr(func, "__name__", ""),
+                        error=str(work.exception()))
         raise
 
 
@@ -125,13 +145,18 @@ def remove_sources_sync(paths: Sequence[str]) -> list[ActionError | None]:
         removed.setdefault(os.path.dirname(path), []).append(index)
     for directory, indices in removed.items():
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            sync_directory(directory)
         except OSError as exc:
             for index in indices:
                 errors[index] = ActionError(f"removed source file {paths[index]}, but cannot sync its directory: "
                                             f"{exc.strerror}")
     return errors
+
+
+def sync_directory(directory: str) -> None:
+    """Make the entries created, renamed or removed in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -11,7 +11,8 @@ is warmed up first (a batch of tiny files), so its start-up is not counted.
 It starts its own redis-server (for the catalog lease) on a free loopback port and works in a temporary
 directory (``--workdir`` to choose where; the full run needs about 6.5 GB).
 
-Rerun: ``.venv/bin/python bench/ingest.py`` (``--quick`` for a short run).
+Rerun: ``.venv/bin/python bench/ingest.py`` (``--quick`` for a short run). ``--queries`` measures the catalog
+instead: ``ls`` and ``stats`` over 10^6 rows before and after compaction (:mod:`bench.catalog_queries`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import catalog_queries
 from dataq.actions import ActionContext, load_actions
 from dataq.config import load_settings
 from dataq.embedded.redis_server import EmbeddedRedis
@@ -215,14 +220,19 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="parent of the temporary directory")
     parser.add_argument("--output", default=None, help="also write the table to this file")
     parser.add_argument("--log-level", default="warning", help="info shows each batch's phases")
+    parser.add_argument("--queries", action="store_true", help="measure ls and stats on a catalog, before and "
+                                                               "after compaction, instead of the ingest")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="the catalog's rows, with --queries")
     args = parser.parse_args()
     configure_logging(component="bench", level=args.log_level, fmt="console")
     work = Path(tempfile.mkdtemp(prefix="dataq-bench-ingest-", dir=args.workdir))
     try:
-        timings = asyncio.run(bench(args, work))
+        if args.queries:
+            report = catalog_queries.run(work, args.rows, args.master, args.conf)
+        else:
+            report = table(asyncio.run(bench(args, work)), args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = table(timings, args)
     print(report)
     if args.output:
         Path(args.output).write_text(report + "\n")

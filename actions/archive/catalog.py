@@ -3,8 +3,10 @@
 Layout: ``<catalog>/ingest_date=YYYY-MM-DD/part-*.parquet`` (UTC dates). Rows are appended only by
 :meth:`dataq.actions.archive.job.IngestJob.commit`, under the catalog lease, so there is one writer at a time:
 Spark's appends share a ``_temporary`` directory that two concurrent writers would tear down under each other.
-Readers need no lease: an append publishes whole files, and files whose names start with ``_`` or ``.``
-(unfinished appends) are ignored by Spark and by :func:`data_files` alike.
+Compaction (:mod:`.compaction`) replaces small files by ``compact-*.parquet`` ones, publishing under the same
+lease. Readers need no lease: an append publishes whole files, files whose names start with ``_`` or ``.``
+(unfinished appends) are ignored by Spark and by :func:`.catalog_files.data_files` alike, and that listing leaves
+out what a compaction replaced.
 
 Each checksum appears at most once (the ingest checks the catalog under the lease before appending); a row
 names the archived copy by its path relative to the archive root (``ab/cd/abcd...``, see ``archive_relative``).
@@ -13,8 +15,8 @@ names the archived copy by its path relative to the archive root (``ab/cd/abcd..
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -24,6 +26,7 @@ from pyspark.sql.types import (
     DataType,
     DateType,
     DoubleType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -31,14 +34,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-PARTITION_COLUMN = "ingest_date"
-VIEW_NAME = "dataq_archive_catalog"
-"""The temporary view the ``ls``/``stats`` SQL reads (session-local, replaced on each query)."""
+from dataq.actions.archive.catalog_files import PARTITION_COLUMN, data_files
+
+ROWS = "{rows}"
+"""Where the ``ls``/``stats`` SQL names the catalog: each query gets its own DataFrame (a shared temporary view
+would let two threads' queries swap catalogs under each other)."""
 DEFAULT_LS_LIMIT = 100
-PARQUET_SUFFIX = ".parquet"
+NIGHT_TURNS_AT_HOUR = 12
+"""An observing night is named after the local date on which it began: it runs from local noon to noon."""
 
 FITS_KEYWORDS: tuple[tuple[str, str, str], ...] = (
     ("DATE-OBS", "date_obs", "string"),
+    ("TIME-OBS", "time_obs", "string"),
     ("MJD-OBS", "mjd_obs", "double"),
     ("INSTRUME", "instrument", "string"),
     ("TELESCOP", "telescope", "string"),
@@ -51,8 +58,10 @@ FITS_KEYWORDS: tuple[tuple[str, str, str], ...] = (
     ("DEC", "dec", "string"),
     ("PROPID", "propid", "string"),
 )
-"""Primary-header keyword -> catalog column and its type: what an archive indexes. RA and DEC stay text, as
-NOAO headers write them sexagesimal (``'12:34:56.7'``); a numeric value is kept as its text."""
+"""Header keyword -> catalog column and its type: what an archive indexes (from the primary header, else the
+first image extension: :mod:`.headers`). RA and DEC stay text, as NOAO headers write them sexagesimal
+(``'12:34:56.7'``); a numeric value is kept as its text. DATE-OBS and TIME-OBS keep the header's own text;
+``obs_time`` is what they mean. ``mjd_obs`` is the header's MJD-OBS, else computed from ``obs_time``."""
 
 _TYPES: dict[str, DataType] = {"string": StringType(), "double": DoubleType()}
 
@@ -70,21 +79,14 @@ FILE_COLUMNS: tuple[StructField, ...] = (
 SCHEMA = StructType([
     *FILE_COLUMNS,
     *(StructField(column, _TYPES[kind]) for _, column, kind in FITS_KEYWORDS),
+    StructField("extensions", IntegerType()),
+    StructField("obs_time", TimestampType()),
     StructField(PARTITION_COLUMN, DateType()),
 ])
-"""Column order is the order of the tuples :func:`append` takes."""
-LS_COLUMNS = ("ingest_date", "checksum", "size", "instrument", "date_obs", "object", "exptime", "path")
+"""Column order is the order of the tuples :func:`append` takes. Parquet files are read by column name, so files
+written before a column was added read it as null (``time_obs``, ``extensions`` and ``obs_time`` came later)."""
+LS_COLUMNS = ("ingest_date", "checksum", "size", "instrument", "date_obs", "obs_time", "object", "exptime", "path")
 """What ``dataq archive ls`` shows as text (``--json`` gives every column)."""
-
-
-def data_files(catalog: str) -> frozenset[str]:
-    """The catalog's committed Parquet files (absolute paths); empty when the catalog does not exist yet."""
-    found: set[str] = set()
-    for top, dirs, files in os.walk(catalog):
-        # Spark's own rule: names starting with _ or . are metadata or unfinished output, never data.
-        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        found.update(os.path.join(top, f) for f in files if f.endswith(PARQUET_SUFFIX) and not f.startswith(("_", ".")))
-    return frozenset(found)
 
 
 def read(spark: SparkSession, catalog: str, files: Iterable[str] | None = None) -> DataFrame:
@@ -113,50 +115,102 @@ def append(spark: SparkSession, catalog: str, rows: Sequence[tuple[Any, ...]]) -
     frame.coalesce(1).write.mode("append").partitionBy(PARTITION_COLUMN).parquet(catalog)
 
 
-def list_rows(
-    spark: SparkSession,
-    catalog: str,
-    *,
-    date: dt.date | None = None,
-    obs_date: str | None = None,
-    instrument: str | None = None,
-    checksum: str | None = None,
-    fits_errors: bool = False,
-    limit: int = DEFAULT_LS_LIMIT,
-) -> list[dict[str, Any]]:
-    """Catalog rows matching every filter given, newest ingest first; ``obs_date`` matches DATE-OBS's day."""
-    conditions: list[str] = []
-    args: dict[str, Any] = {}
-    if date is not None:
-        conditions.append("ingest_date = :date")
-        args["date"] = date
-    if obs_date is not None:
-        conditions.append("substr(date_obs, 1, 10) = :obs_date")
-        args["obs_date"] = obs_date
-    if instrument is not None:
-        conditions.append("lower(instrument) = lower(:instrument)")
-        args["instrument"] = instrument
-    if checksum is not None:
-        conditions.append("checksum = :checksum")
-        args["checksum"] = checksum
-    if fits_errors:
-        conditions.append("fits_error IS NOT NULL")
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    return _query(spark, catalog, f"SELECT * FROM {VIEW_NAME} {where} "
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """What ``dataq archive ls`` selects; every filter given must hold. Times are UTC."""
+
+    date: dt.date | None = None
+    """Ingest date."""
+    obs_date: dt.date | None = None
+    """The UTC date of ``obs_time`` (or, in rows cataloged before ``obs_time`` existed, DATE-OBS's first ten
+    characters)."""
+    since: dt.datetime | None = None
+    """Observed at or after."""
+    until: dt.datetime | None = None
+    """Observed before."""
+    instrument: str | None = None
+    """INSTRUME, whole and case-insensitive."""
+    telescope: str | None = None
+    """TELESCOP, whole and case-insensitive."""
+    object: str | None = None
+    """Part of OBJECT, case-insensitive."""
+    checksum: str | None = None
+    fits_errors: bool = False
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """The SQL condition and its named arguments (values are never spliced into the SQL)."""
+        conditions: list[str] = []
+        args: dict[str, Any] = {}
+        if self.date is not None:
+            conditions.append("ingest_date = :date")
+            args["date"] = self.date
+        if self.obs_date is not None:
+            conditions.append("(to_date(obs_time) = :obs_date "
+                              "OR (obs_time IS NULL AND substr(date_obs, 1, 10) = :obs_date_text))")
+            args["obs_date"], args["obs_date_text"] = self.obs_date, self.obs_date.isoformat()
+        # Times travel as text and are read in the session's time zone (UTC): a Python datetime would be taken
+        # in the local time zone of the machine running the query.
+        if self.since is not None:
+            conditions.append("obs_time >= CAST(:since AS TIMESTAMP)")
+            args["since"] = _utc_text(self.since)
+        if self.until is not None:
+            conditions.append("obs_time < CAST(:until AS TIMESTAMP)")
+            args["until"] = _utc_text(self.until)
+        for column in ("instrument", "telescope"):
+            if getattr(self, column) is not None:
+                conditions.append(f"lower({column}) = lower(:{column})")
+                args[column] = getattr(self, column)
+        if self.object is not None:
+            conditions.append("instr(lower(object), lower(:object)) > 0")
+            args["object"] = self.object
+        if self.checksum is not None:
+            conditions.append("checksum = :checksum")
+            args["checksum"] = self.checksum
+        if self.fits_errors:
+            conditions.append("fits_error IS NOT NULL")
+        return (f"WHERE {' AND '.join(conditions)}" if conditions else ""), args
+
+
+def list_rows(spark: SparkSession, catalog: str, filters: Filters = Filters(), *,
+              limit: int = DEFAULT_LS_LIMIT) -> list[dict[str, Any]]:
+    """Catalog rows matching ``filters``, newest ingest first."""
+    where, args = filters.where()
+    return _query(spark, catalog, f"SELECT * FROM {ROWS} {where} "
                                   f"ORDER BY ingested_at DESC, checksum LIMIT {int(limit)}", args)
 
 
-def stats(spark: SparkSession, catalog: str, *, by_instrument: bool = False) -> list[dict[str, Any]]:
-    """Files, bytes and FITS files per ingest day (and per instrument when asked), oldest day first."""
-    group = "ingest_date, instrument" if by_instrument else "ingest_date"
+def stats(spark: SparkSession, catalog: str, *, by_instrument: bool = False, by_night: bool = False,
+          utc_offset: float = 0.0) -> list[dict[str, Any]]:
+    """Files, bytes, FITS files and exposure per ingest day, or per observing night (the local date on which it
+    began, at ``utc_offset`` hours from UTC; rows with no observation time have none), and per instrument when
+    asked; oldest first."""
+    day = "night" if by_night else "ingest_date"
+    group = f"{day}, instrument" if by_instrument else day
+    shift = round((utc_offset - NIGHT_TURNS_AT_HOUR) * 3600)
+    source = (f"(SELECT *, to_date(timestampadd(SECOND, {shift}, obs_time)) AS night FROM {ROWS})"
+              if by_night else ROWS)
     return _query(spark, catalog, f"SELECT {group}, count(*) AS files, sum(size) AS bytes, "
-                                  "count_if(is_fits) AS fits_files, count_if(fits_error IS NOT NULL) AS fits_errors "
-                                  f"FROM {VIEW_NAME} GROUP BY {group} ORDER BY {group}", {})
+                                  "count_if(is_fits) AS fits_files, count_if(fits_error IS NOT NULL) AS fits_errors, "
+                                  "sum(exptime) AS exptime, min(obs_time) AS first_obs, max(obs_time) AS last_obs "
+                                  f"FROM {source} GROUP BY {group} ORDER BY {group}", {})
 
 
 def _query(spark: SparkSession, catalog: str, sql: str, args: dict[str, Any]) -> list[dict[str, Any]]:
-    if not data_files(catalog):
+    files = data_files(catalog)
+    if not files:
         return []
-    read(spark, catalog).createOrReplaceTempView(VIEW_NAME)
-    rows: list[Row] = spark.sql(sql, args=args).collect()
-    return [row.asDict() for row in rows]
+    rows: list[Row] = spark.sql(sql, args=args, rows=read(spark, catalog, files)).collect()
+    return [{key: _aware(value) for key, value in row.asDict().items()} for row in rows]
+
+
+def _aware(value: Any) -> Any:
+    """pyspark gives timestamps as naive datetimes in the local time zone; the catalog's are UTC instants."""
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.astimezone(dt.UTC)
+    return value
+
+
+def _utc_text(when: dt.datetime) -> str:
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+    return when.isoformat(sep=" ")

@@ -34,11 +34,14 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dataq.actions.archive.upkeep import CatalogUpkeep
 from dataq.actions.base import Action, ActionContext
 from dataq.actions.batcher import BATCHES_IN_FLIGHT, MicroBatcher
+from dataq.actions.files import finish_in_thread
 from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -59,11 +62,18 @@ CATALOG_DIR = "catalog"
 LEASE_NAME = "archive-catalog"
 MIN_JAVA_MAJOR = 17
 JAVA_VERSION_TIMEOUT = 30.0
+DEFAULT_COMPACT_FILES = 64
+DEFAULT_COMPACT_TARGET_MB = 128
+DEFAULT_COMPACT_GRACE = 300.0
 CLOSE_DRAIN_TIMEOUT = 60.0
 """Seconds :meth:`ArchiveIngestAction.close` waits for running batches before it stops Spark under them."""
+CANCEL_WAIT = 10.0
+"""Seconds cancelled batches get to end an append they began before Spark is stopped under them."""
 ERROR_MAX_CHARS = 500
 """A Spark error carries a Java stack trace; a record's error keeps its first line, cut to this length."""
 INSTALL_HINT = "pip install 'dataq[spark]'"
+FIXED_CONF = frozenset({"spark.sql.session.timeZone"})
+"""Spark conf the options may not set: the catalog's queries (``--since``, ``--obs-date``, nights) are UTC."""
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 log = get_logger()
@@ -96,6 +106,16 @@ class ArchiveIngestOptions:
     """Make each archived copy durable before its record is acknowledged."""
     timeout: float | None = None
     """Seconds a record may wait for, and take in, its batch (None: the queue's ``action_timeout``)."""
+    compact_files: int = DEFAULT_COMPACT_FILES
+    """Small files in an ingest date's partition that make the ingest compact it by itself (0: only
+    ``dataq archive compact`` does)."""
+    compact_target_mb: int = DEFAULT_COMPACT_TARGET_MB
+    """Size of a compacted file: files below it are merged, up to it."""
+    compact_grace: float = DEFAULT_COMPACT_GRACE
+    """Seconds the files a compaction replaced stay on disk for readers that listed them before."""
+    night_utc_offset: float = 0.0
+    """Hours from UTC of the site's local time: an observing night, in ``dataq archive stats --by-night``, runs
+    from local noon to noon and is named after the date on which it began."""
 
     def __post_init__(self) -> None:
         for key in ("archive_root", "catalog"):
@@ -110,6 +130,13 @@ class ArchiveIngestOptions:
             value = getattr(self, key)
             if value is not None and not 0 < value < float("inf"):
                 raise ValueError(f"{key} must be a positive number of seconds, got {value}")
+        if self.compact_files < 0 or self.compact_target_mb < 1:
+            raise ValueError(f"compact_files must be 0 or more and compact_target_mb at least 1, got "
+                             f"{self.compact_files} and {self.compact_target_mb}")
+        if not 0 <= self.compact_grace < float("inf"):
+            raise ValueError(f"compact_grace must be 0 or more seconds, got {self.compact_grace}")
+        if not -12 <= self.night_utc_offset <= 14:
+            raise ValueError(f"night_utc_offset must be hours from UTC between -12 and 14, got {self.night_utc_offset}")
         if self.checksum_algorithm not in hashlib.algorithms_guaranteed:
             raise ValueError(f"checksum_algorithm {self.checksum_algorithm!r} is not one of "
                              f"{', '.join(sorted(hashlib.algorithms_guaranteed))}")
@@ -117,10 +144,16 @@ class ArchiveIngestOptions:
             key, sep, _ = entry.partition("=")
             if not sep or not key.strip().startswith("spark."):
                 raise ValueError(f"conf entry {entry!r} must read 'spark.some.key=value'")
+            if key.strip() in FIXED_CONF:
+                raise ValueError(f"conf entry {entry!r}: dataq sets {key.strip()} itself (the catalog's times are UTC)")
 
     @property
     def catalog_path(self) -> str:
         return self.catalog or os.path.join(self.archive_root, CATALOG_DIR)
+
+    @property
+    def compact_target_bytes(self) -> int:
+        return self.compact_target_mb << 20
 
     @property
     def spark_conf(self) -> dict[str, str]:
@@ -214,6 +247,8 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
         self._job: IngestJob | None = None
         self._job_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
+        self._upkeep = CatalogUpkeep(options.catalog_path, self._lease, compact_files=options.compact_files,
+                                     target_bytes=options.compact_target_bytes, grace=options.compact_grace)
 
     async def start(self) -> None:
         await asyncio.to_thread(check_requirements)
@@ -239,9 +274,19 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
             raise error
 
     async def close(self) -> None:
-        if not await self._batcher.close(CLOSE_DRAIN_TIMEOUT):
+        deadline = time.monotonic() + CLOSE_DRAIN_TIMEOUT  # one budget for batches and compaction together
+        closing = asyncio.create_task(self._batcher.close(CLOSE_DRAIN_TIMEOUT))
+        # A cancelled batch still finishes an append it began (finish_in_thread); should Spark hang in it, stopping
+        # Spark under it is the only way out.
+        if not (await asyncio.wait([closing], timeout=CLOSE_DRAIN_TIMEOUT + CANCEL_WAIT))[0]:
+            await self._stop_spark()
+        if not await closing:
             log.warning("archive batches still running at shutdown; stopping Spark under them (their records "
                         "were not acknowledged and will run again)", seconds=CLOSE_DRAIN_TIMEOUT)
+        await self._upkeep.close(within=deadline - time.monotonic())
+        await self._stop_spark()
+
+    async def _stop_spark(self) -> None:
         if self._job is not None:
             from dataq.actions.archive.session import SESSIONS
 
@@ -290,12 +335,14 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
         present: set[str] = set()
         if archived:
             try:
-                present = await self._commit(job, archived, seen)
+                present, partition = await self._commit(job, archived, seen)
             except Exception as exc:
                 if not isinstance(exc, (ActionError, StoreError)):
                     log.exception("archive catalog append failed", records=len(archived))
                 for _, checksum, _ in archived:
                     errors[checksum] = f"catalog append failed: {brief(exc)}"
+            else:
+                self._upkeep.after_append(job.spark, partition)
         log.info("archive batch", records=len(records), archived=len(archived) - len(present),
                  already=len(known) + len(present), failed=len(errors), check_s=round(checked - started, 3),
                  copy_s=round(copied - checked, 3), append_s=round(time.monotonic() - copied, 3))
@@ -305,12 +352,17 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
         return [failures.get(record.checksum) for record in records]
 
     async def _commit(self, job: IngestJob, archived: list[tuple[str, str, Metadata]], seen: frozenset[str]
-                      ) -> set[str]:
+                      ) -> tuple[set[str], str]:
         """Append the batch's rows holding the queue's catalog lease (waiting for another writer up to the
         action's timeout)."""
-        async with self._commit_lock, self.context.leases.lease(LEASE_NAME, ttl=self.options.lease_ttl,
-                                                                wait=self.timeout):
-            return await asyncio.to_thread(job.commit, archived, seen)
+        async with self._commit_lock, self._lease():
+            # A batch cancelled now (its records timed out) still lets the append end before the lease goes:
+            # another writer must never find it half done.
+            return await finish_in_thread(job.commit, archived, seen)
+
+    def _lease(self) -> AbstractAsyncContextManager[None]:
+        """The queue's catalog lease, waited for up to the action's timeout."""
+        return self.context.leases.lease(LEASE_NAME, ttl=self.options.lease_ttl, wait=self.timeout)
 
 
 def _sort_results(todo: Sequence[Record], results: Sequence[Result], errors: dict[str, str]

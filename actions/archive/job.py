@@ -4,7 +4,7 @@ Executors run :func:`ingest_partition` over plain tuples and return plain tuples
 by value (cloudpickle), so a Spark worker needs Python with pyspark and astropy, not dataq. Per file an executor
 reads the source once, hashing it while writing a hidden temporary copy next to its content-addressed place
 (``<archive_root>/ab/cd/abcd...``), and publishes the copy with one rename only after size and checksum match the
-record; then it reads the FITS primary header (from the bytes already read when the header is in them).
+record; then it reads the FITS headers (:mod:`.headers`; from the bytes already read when the file is in them).
 
 The driver (:class:`IngestJob`) makes one Spark job per batch and appends the successes to the catalog. Its
 methods block; the action calls them from worker threads. One SparkSession serves the whole process
@@ -23,23 +23,21 @@ import os
 import secrets
 import stat
 import sys
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from dataq.actions.archive import catalog
-from dataq.actions.archive.catalog import FITS_KEYWORDS
+from dataq.actions.archive import catalog, headers, obstime
+from dataq.actions.archive.catalog_files import OUTPUT_PREFIX, data_files, replaced_by
+from dataq.actions.archive.headers import read_header
 
 CHUNK_BYTES = 1 << 20
 """Read size; a file no larger is read (and hashed, and its header parsed) from one buffer."""
 TEMP_SUFFIX = ".dataq-tmp"
 """Marks an unfinished copy in the archive; the leading dot hides it, as the other storing actions do."""
 TEMP_TOKEN_BYTES = 4
-FITS_MAGIC = b"SIMPLE  ="
-FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fz")
 HEX_DIGITS = frozenset("0123456789abcdef")
 ARCHIVED_MODE = 0o444
 """Archived copies are read-only: the content-addressed name promises the content never changes."""
@@ -49,10 +47,10 @@ OWN_CHECKSUMS_MAX = 1_000_000
 Item = tuple[int, str, str, int]
 """What an executor gets per record: (position in the batch, path, checksum, size)."""
 Metadata = tuple[Any, ...]
-"""What it returns per archived file: (size, mtime, archive_path, is_fits, fits_error, *FITS keyword values)."""
+"""What it returns per archived file: (size, mtime, archive_path, is_fits, fits_error, extensions, obs_time,
+*FITS keyword values)."""
 Result = tuple[int, str | None, Metadata | None]
 """(position, error or None, metadata or None)."""
-_NO_VALUES: tuple[None, ...] = (None,) * len(FITS_KEYWORDS)
 
 
 class IngestFailure(Exception):
@@ -110,8 +108,8 @@ def ingest_file(path: str, checksum: str, size: int, archive_root: str, *, algor
         raise IngestFailure(f"checksum mismatch: {path} has {algorithm} {digest}, its record says {checksum}")
     if temp is not None:
         _publish(temp[0], target, fsync)
-    is_fits, fits_error, values = read_header(path, head, complete=size <= len(head))
-    return (size, info.st_mtime, relative, is_fits, fits_error, *values)
+    is_fits, fits_error, extensions, obs_time, values = read_header(path, head, size, stored=target)
+    return (size, info.st_mtime, relative, is_fits, fits_error, extensions, obs_time, *values)
 
 
 def _open_source(path: str, size: int) -> tuple[io.FileIO, os.stat_result]:
@@ -208,54 +206,10 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
 
 
-def read_header(path: str, head: bytes, *, complete: bool) -> tuple[bool, str | None, tuple[Any, ...]]:
-    """(is_fits, fits_error, keyword values) of a file whose first bytes are ``head``.
-
-    A file that starts like FITS or is named like FITS but whose primary header cannot be read is archived as a
-    plain file (``is_fits`` false) with ``fits_error`` saying why: its bytes are verified, and an archive that
-    refused them would leave the data nowhere. A readable header with a malformed indexed value keeps
-    ``is_fits`` true, that value None and the problem in ``fits_error``.
-    """
-    if not (head.startswith(FITS_MAGIC) or path.lower().endswith(FITS_SUFFIXES)):
-        return False, None, _NO_VALUES
-    try:
-        from astropy.io import fits  # only FITS files pay for the import
-    except ImportError as exc:
-        return False, f"astropy is not installed where this file was ingested: {exc}", _NO_VALUES
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # astropy warns about every non-standard card; the archive keeps them
-        try:
-            header = fits.Header.fromfile(io.BytesIO(head))
-        except Exception as exc:
-            if complete:
-                return False, f"unreadable FITS header: {exc}", _NO_VALUES
-            try:  # the header runs past the first chunk: read it from the file
-                header = fits.Header.fromfile(path)
-            except Exception as exc2:
-                return False, f"unreadable FITS header: {exc2}", _NO_VALUES
-        values: list[Any] = []
-        problems: list[str] = []
-        for keyword, _, kind in FITS_KEYWORDS:
-            try:
-                values.append(_header_value(header.get(keyword), kind, fits.card.Undefined))
-            except Exception as exc:
-                values.append(None)
-                problems.append(f"{keyword}: {exc}")
-    return True, "; ".join(problems) or None, tuple(values)
-
-
-def _header_value(value: Any, kind: str, undefined: type) -> Any:
-    if value is None or isinstance(value, undefined):
-        return None
-    if kind == "double":
-        if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not a number")
-        return float(value if isinstance(value, (int, float)) else str(value).strip())
-    return str(value).strip() or None
-
-
-# Ship the functions above by value: executors then need no dataq installed (only pyspark and astropy).
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+# Ship the functions above (and the header and date readers they call) by value: executors then need no dataq
+# installed, only pyspark and astropy.
+for _module in (sys.modules[__name__], headers, obstime):
+    cloudpickle.register_pickle_by_value(_module)  # type: ignore[no-untyped-call]
 
 
 # --- driver side ---------------------------------------------------------------------------------------------
@@ -280,14 +234,17 @@ class IngestJob:
                  algorithm: str, fsync: bool) -> None:
         self.spark, self.archive_root, self.catalog_path = spark, archive_root, catalog_path
         self.queue, self.algorithm, self.fsync = queue, algorithm, fsync
-        # Catalog files this process wrote and every checksum in them: those files need no re-reading.
+        # Catalog files this process wrote (or compaction outputs of only those) and every checksum in them:
+        # those files need no re-reading.
         self._own_files: set[str] = set()
         self._own_checksums: set[str] = set()
+        self._foreign_outputs: set[str] = set()
 
     def archived(self, checksums: Iterable[str]) -> tuple[set[str], frozenset[str]]:
         """Which checksums the catalog already holds, and the catalog files that answer was read from."""
         wanted = set(checksums)
-        files = catalog.data_files(self.catalog_path)
+        files = data_files(self.catalog_path)
+        self._adopt_outputs(files)
         known = wanted & self._own_checksums
         known |= catalog.existing_checksums(self.spark, self.catalog_path, wanted - known, files - self._own_files)
         return known, files
@@ -300,19 +257,24 @@ class IngestJob:
         results: list[Result] = context.parallelize(bins, len(bins)).mapPartitions(body).collect()
         return results
 
-    def commit(self, archived: Sequence[tuple[str, str, Metadata]], seen: frozenset[str]) -> set[str]:
+    def commit(self, archived: Sequence[tuple[str, str, Metadata]], seen: frozenset[str]) -> tuple[set[str], str]:
         """Append a row per (path, checksum, metadata) unless its checksum reached the catalog since ``seen`` was
-        listed (another writer's); returns those checksums. The caller holds the catalog lease."""
-        before = catalog.data_files(self.catalog_path)
+        listed (another writer's); returns those checksums and the partition (ingest date) appended to. The caller
+        holds the catalog lease."""
+        before = data_files(self.catalog_path)
+        self._adopt_outputs(before)
         rows = {checksum: (path, meta) for path, checksum, meta in archived}
         present = catalog.existing_checksums(self.spark, self.catalog_path, rows, before - seen - self._own_files)
         now = dt.datetime.now(dt.UTC)
         fresh = [_row(checksum, path, meta, self.queue, now) for checksum, (path, meta) in rows.items()
                  if checksum not in present]
         catalog.append(self.spark, self.catalog_path, fresh)
-        # Holding the lease, every file that appeared during the append is ours.
-        self._remember(catalog.data_files(self.catalog_path) - before, (row[0] for row in fresh))
-        return present
+        # Holding the lease, every file that appeared during the append is ours (compactions publish under it
+        # too, but an output is never taken for ours unless it replaced only our files).
+        appended = {path for path in data_files(self.catalog_path) - before
+                    if not os.path.basename(path).startswith(OUTPUT_PREFIX)}
+        self._remember(appended, (row[0] for row in fresh))
+        return present, now.date().isoformat()
 
     def _remember(self, files: Iterable[str], checksums: Iterable[str]) -> None:
         self._own_files.update(files)
@@ -321,9 +283,25 @@ class IngestJob:
             # Forget both together: a file is skipped only while all of its checksums are remembered.
             self._own_files.clear()
             self._own_checksums.clear()
+            self._foreign_outputs.clear()
+
+    def _adopt_outputs(self, files: Iterable[str]) -> None:
+        """Count as ours a compaction's output (whoever compacted) that replaced only files of ours: its rows
+        are theirs. Its manifest says so only until the replaced files are removed, so look as soon as it shows."""
+        for path in files:
+            if path in self._own_files or path in self._foreign_outputs:
+                continue
+            if not os.path.basename(path).startswith(OUTPUT_PREFIX):
+                continue
+            replaced = replaced_by(path)
+            if replaced and self._own_files.issuperset(replaced):
+                self._own_files.add(path)
+            else:
+                self._foreign_outputs.add(path)
 
 
 def _row(checksum: str, path: str, meta: Metadata, queue: str, now: dt.datetime) -> tuple[Any, ...]:
-    size, mtime, relative, is_fits, fits_error, *values = meta
+    size, mtime, relative, is_fits, fits_error, extensions, obs_time, *values = meta
     modified = dt.datetime.fromtimestamp(mtime, dt.UTC)
-    return (checksum, size, modified, path, relative, queue, now, is_fits, fits_error, *values, now.date())
+    return (checksum, size, modified, path, relative, queue, now, is_fits, fits_error, *values, extensions, obs_time,
+            now.date())

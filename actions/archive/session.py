@@ -34,7 +34,10 @@ def default_conf(driver_host: str) -> dict[str, str]:
         "spark.driver.bindAddress": driver_host,
         "spark.ui.enabled": "false",  # the UI would listen on every interface, and a daemon has no viewer
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.session.timeZone": "UTC",  # the catalog's times are UTC instants, whatever the machine's zone
+        # Write and read dates before 1900 (plates, MJD 0 placeholders) as they are: Spark 3 refuses them by default.
+        **{f"spark.sql.parquet.{kind}RebaseModeIn{way}": "CORRECTED"
+           for kind in ("int96", "datetime") for way in ("Write", "Read")},
         # Executors run this interpreter (it has pyspark and astropy), not whatever `python3` PATH finds.
         PYTHON_CONF: os.environ.get(PYTHON_ENV, sys.executable),
     }

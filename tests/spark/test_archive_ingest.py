@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'da
 pytest.importorskip("astropy", reason="astropy is not installed (pip install 'dataq[spark]')")
 
 from dataq.actions.archive import catalog
+from dataq.actions.archive.catalog import Filters
+from dataq.actions.archive.catalog_files import data_files
 from dataq.actions.archive.ingest import LEASE_NAME
 from dataq.errors import ActionError
 from dataq.record import Record
@@ -92,13 +95,15 @@ async def test_ls_and_stats_select_rows_by_instrument_observation_date_and_check
         assert await run_all(action, records) == [None] * len(records)
     path = str(archive.catalog)
 
-    assert [r["checksum"] for r in catalog.list_rows(spark, path, instrument="DECam")] == [records[1].checksum]
-    on_9th = catalog.list_rows(spark, path, obs_date="2014-07-09")
+    decam = catalog.list_rows(spark, path, Filters(instrument="DECam"))
+    assert [r["checksum"] for r in decam] == [records[1].checksum]
+    on_9th = catalog.list_rows(spark, path, Filters(obs_date=dt.date(2014, 7, 9)))
     assert {r["checksum"] for r in on_9th} == {records[1].checksum, records[2].checksum}
-    assert [r["instrument"] for r in catalog.list_rows(spark, path, checksum=records[0].checksum)] == ["mosaic3"]
+    by_checksum = catalog.list_rows(spark, path, Filters(checksum=records[0].checksum))
+    assert [r["instrument"] for r in by_checksum] == ["mosaic3"]
     today = catalog.list_rows(spark, path)[0]["ingest_date"]
-    assert len(catalog.list_rows(spark, path, date=today)) == 3
-    assert catalog.list_rows(spark, path, date=today.replace(year=2000)) == []
+    assert len(catalog.list_rows(spark, path, Filters(date=today))) == 3
+    assert catalog.list_rows(spark, path, Filters(date=today.replace(year=2000))) == []
     assert len(catalog.list_rows(spark, path, limit=2)) == 2
     (day,) = catalog.stats(spark, path)
     assert (day["ingest_date"], day["files"], day["bytes"], day["fits_files"], day["fits_errors"]) == \
@@ -164,8 +169,8 @@ async def test_a_corrupt_fits_header_is_archived_as_a_plain_file_with_the_fits_e
     odd = found[bad_exptime.checksum]
     assert (odd["is_fits"], odd["instrument"], odd["exptime"]) == (True, "odi", None)
     assert odd["fits_error"].startswith("EXPTIME: ")
-    assert [r["checksum"] for r in catalog.list_rows(spark, str(archive.catalog), fits_errors=True,
-                                                     instrument="odi")] == [bad_exptime.checksum]
+    named = catalog.list_rows(spark, str(archive.catalog), Filters(fits_errors=True, instrument="odi"))
+    assert [r["checksum"] for r in named] == [bad_exptime.checksum]
 
 
 async def test_reingesting_the_same_files_succeeds_without_a_second_row_or_copy(spark: Any, archive: Archive) -> None:
@@ -174,7 +179,7 @@ async def test_reingesting_the_same_files_succeeds_without_a_second_row_or_copy(
     async with archive.action(batch_size=len(records)) as action:
         assert await run_all(action, records) == [None] * len(records)
     copies = {r.checksum: archived_copy(archive.root, r.checksum).stat() for r in records}
-    files_before = catalog.data_files(str(archive.catalog))
+    files_before = data_files(str(archive.catalog))
 
     # A new action (a restarted daemon) knows nothing: the catalog itself must say these are archived.
     again = [*records, Record(path=records[0].path, checksum=records[0].checksum, size=records[0].size)]
@@ -183,7 +188,7 @@ async def test_reingesting_the_same_files_succeeds_without_a_second_row_or_copy(
         assert await run_all(action, records[:2]) == [None, None]
 
     assert sorted(row["checksum"] for row in rows(spark, archive)) == sorted(copies)
-    assert catalog.data_files(str(archive.catalog)) == files_before
+    assert data_files(str(archive.catalog)) == files_before
     for checksum, before in copies.items():
         after = archived_copy(archive.root, checksum).stat()
         assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
@@ -269,4 +274,4 @@ async def test_records_gathered_by_age_form_one_batch_and_one_spark_job(spark: A
         processed = len(jobs.getJobIdsForGroup(None)) - before
     # The processing job and the append: a few jobs for the batch of 12, not one per record.
     assert 1 <= processed <= 3
-    assert len(catalog.data_files(str(archive.catalog))) == 2  # one file per batch (and ingest date)
+    assert len(data_files(str(archive.catalog))) == 2  # one file per batch (and ingest date)

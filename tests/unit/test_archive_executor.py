@@ -17,7 +17,7 @@ COLUMNS = [column for _, column, _ in FITS_KEYWORDS]
 
 
 def values(meta: tuple[object, ...]) -> dict[str, object]:
-    return dict(zip(COLUMNS, meta[5:], strict=True))
+    return dict(zip(COLUMNS, meta[7:], strict=True))
 
 
 def test_the_header_of_a_fits_file_larger_than_one_read_is_still_extracted(tmp_path: Path) -> None:

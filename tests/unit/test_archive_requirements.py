@@ -111,6 +111,12 @@ def test_dataq_archive_without_java_prints_one_line_and_exits_with_the_config_st
     ({"batch_size": 0}, "batch_size must be at least 1"),
     ({"batch_age": 0.0}, "batch_age must be a positive number of seconds"),
     ({"checksum_algorithm": "crc32"}, "checksum_algorithm 'crc32' is not one of"),
+    ({"compact_files": -1}, "compact_files must be 0 or more and compact_target_mb at least 1, got -1 and 128"),
+    ({"compact_target_mb": 0}, "compact_files must be 0 or more and compact_target_mb at least 1, got 64 and 0"),
+    ({"compact_grace": -5.0}, "compact_grace must be 0 or more seconds, got -5.0"),
+    ({"conf": ["spark.sql.session.timeZone=America/Phoenix"]},
+     "conf entry 'spark.sql.session.timeZone=America/Phoenix': dataq sets spark.sql.session.timeZone itself"),
+    ({"night_utc_offset": 15.0}, "night_utc_offset must be hours from UTC between -12 and 14, got 15.0"),
 ])
 def test_invalid_options_are_config_errors_naming_the_option(tmp_path: Path,
                                                              options: dict[str, object], complaint: str) -> None:
