@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -61,6 +62,15 @@ def write_fits(path: Path, cards: Mapping[str, Any], *, shape: tuple[int, int] =
         hdu.header[key] = value
     hdu.writeto(path)
     return record_for(path)
+
+
+def astropy_sample(name: str, directory: Path) -> Path:
+    """A copy of one of the FITS files astropy ships as its own test data (the archive reads files, and astropy's
+    installation must stay as it is)."""
+    from astropy.io import fits
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy(Path(os.path.dirname(fits.__file__)) / "tests" / "data" / name, directory / name))
 
 
 def archived_copy(archive_root: Path, checksum: str) -> Path:

@@ -82,15 +82,16 @@ def due(catalog_path: str, date: str, target_bytes: int, min_files: int) -> list
     """The inputs of the partition's next compaction if it has at least ``min_files`` small files and two of them
     fit the target together; else none."""
     small = small_files(catalog_path, date, target_bytes)
-    chosen = plan(catalog_path, date, target_bytes, small) if len(small) >= max(2, min_files) else []
+    chosen = plan(small, target_bytes) if len(small) >= max(2, min_files) else []
     return chosen if len(chosen) >= 2 else []
 
 
-def plan(catalog_path: str, date: str, target_bytes: int, small: list[DataFile] | None = None) -> list[DataFile]:
-    """The inputs of the partition's next compaction: its small files while their sum stays within the target."""
+def plan(small: list[DataFile], target_bytes: int) -> list[DataFile]:
+    """The inputs of one compaction: the ``small`` files (smallest first) while their sum stays within the
+    target."""
     chosen: list[DataFile] = []
     total = 0
-    for found in small_files(catalog_path, date, target_bytes) if small is None else small:
+    for found in small:
         if chosen and total + found.size > target_bytes:
             break
         chosen.append(found)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +19,9 @@ from astropy.io import fits
 
 from dataq.cli.archive import archive as archive_cli
 from dataq.record import Record
-from tests.archive_support import TEST_MASTER, Archive, record_for, write_plain
+from tests.archive_support import TEST_MASTER, Archive, astropy_sample, record_for, write_plain
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
-
-ASTROPY_DATA = Path(os.path.dirname(fits.__file__)) / "tests" / "data"
-
-
-def shipped(name: str, directory: Path) -> Record:
-    directory.mkdir(parents=True, exist_ok=True)
-    return record_for(Path(shutil.copy(ASTROPY_DATA / name, directory / name)))
-
 
 def fpacked(path: Path, cards: dict[str, Any]) -> Record:
     pixels = np.arange(256 * 256, dtype=np.int32).reshape(256, 256)
@@ -52,8 +42,10 @@ def night(archive: Archive) -> dict[str, Record]:
     source = archive.tmp / "src"
     source.mkdir(parents=True)
     return {
-        "wfpc2": shipped("test0.fits", source),  # DATE-OBS '19/05/94' with TIME-OBS 15:41:16, 4 extensions
-        "stis": shipped("o4sp040b0_raw.fits", source),  # its date only in the first image extension
+        # DATE-OBS '19/05/94' with TIME-OBS 15:41:16, and 4 extensions
+        "wfpc2": record_for(astropy_sample("test0.fits", source)),
+        # its date only in the first image extension
+        "stis": record_for(astropy_sample("o4sp040b0_raw.fits", source)),
         "m51": fpacked(source / "k4m_140708_031245_ooi_r.fits.fz",
                        {"DATE-OBS": "2014-07-08T03:12:45.5", "INSTRUME": "mosaic3", "TELESCOP": "kp4m",
                         "OBJECT": "M 51 center", "EXPTIME": 300.0}),

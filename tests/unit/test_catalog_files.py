@@ -127,18 +127,19 @@ def test_an_empty_or_missing_catalog_has_no_files(tmp_path: Path) -> None:
 def test_a_compaction_takes_the_smallest_files_up_to_its_target_and_never_a_pending_output(
         tmp_path: Path, target: int) -> None:
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dataq[spark]')")
-    from dataq.actions.archive.compaction import plan
+    from dataq.actions.archive import compaction
 
     inputs = small_files(tmp_path, 5)  # 100..104 bytes
     big = Path(partition_dir(str(tmp_path), DAY)) / "part-big.parquet"
     big.write_bytes(b"y" * 20_000)
-    chosen = plan(str(tmp_path), DAY, target)
+    chosen = compaction.plan(compaction.small_files(str(tmp_path), DAY, target), target)
     assert [found.path for found in chosen] == (inputs[:2] if target == 250 else inputs)
     token, output = output_in_work_dir(tmp_path)
     publish(partition_dir(str(tmp_path), DAY), token, output, inputs[:2])
-    assert [found.path for found in plan(str(tmp_path), DAY, 10_000)] == inputs[2:]  # not the output yet
+    pending = compaction.small_files(str(tmp_path), DAY, 10_000)
+    assert [found.path for found in pending] == inputs[2:]  # not the output yet
     collect_garbage(str(tmp_path), grace=0)
-    assert len(plan(str(tmp_path), DAY, 10_000)) == 4  # its manifest gone, the output is a file like any other
+    assert len(compaction.small_files(str(tmp_path), DAY, 10_000)) == 4  # manifest gone: a file like any other
 
 
 @pytest.mark.parametrize("damage", ['{"replaced": ', '{"other": []}', '{"replaced": [1, 2]}'])

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,8 @@ from astropy.io import fits
 from dataq.actions.archive.catalog import FITS_KEYWORDS
 from dataq.actions.archive.headers import read_header
 from dataq.actions.archive.job import CHUNK_BYTES, ingest_file
-from tests.archive_support import record_for
+from tests.archive_support import astropy_sample, record_for
 
-ASTROPY_DATA = Path(os.path.dirname(fits.__file__)) / "tests" / "data"
 COLUMNS = [column for _, column, _ in FITS_KEYWORDS]
 
 
@@ -36,17 +33,12 @@ def facts(path: Path) -> dict[str, Any]:
             **dict(zip(COLUMNS, values, strict=True))}
 
 
-def shipped(name: str, tmp_path: Path) -> Path:
-    # A copy: the archive reads files, and astropy's installation must stay as it is.
-    return Path(shutil.copy(ASTROPY_DATA / name, tmp_path / name))
-
-
 def image(seed: int = 0, shape: tuple[int, int] = (64, 64)) -> Any:
     return np.random.default_rng(seed).integers(0, 4000, size=shape).astype(np.int16)
 
 
 def test_a_wfpc2_file_with_the_old_date_form_and_four_extensions(tmp_path: Path) -> None:
-    found = facts(shipped("test0.fits", tmp_path))
+    found = facts(astropy_sample("test0.fits", tmp_path))
     assert (found["is_fits"], found["fits_error"], found["extensions"]) == (True, None, 4)
     assert (found["date_obs"], found["time_obs"], found["instrument"], found["exptime"]) == \
         ("19/05/94", "15:41:16", "WFPC2", 0.23)
@@ -55,7 +47,7 @@ def test_a_wfpc2_file_with_the_old_date_form_and_four_extensions(tmp_path: Path)
 
 
 def test_a_stis_file_takes_the_date_its_primary_header_lacks_from_the_first_image_extension(tmp_path: Path) -> None:
-    found = facts(shipped("o4sp040b0_raw.fits", tmp_path))
+    found = facts(astropy_sample("o4sp040b0_raw.fits", tmp_path))
     assert found["extensions"] == 6
     assert (found["instrument"], found["telescope"], found["object"]) == ("STIS", "HST", "HD101998")  # TARGNAME
     assert (found["date_obs"], found["time_obs"], found["exptime"]) == ("1998-04-20", "18:38:15", 30.0)
@@ -63,7 +55,7 @@ def test_a_stis_file_takes_the_date_its_primary_header_lacks_from_the_first_imag
 
 
 def test_astropys_compressed_image_gives_the_keywords_of_its_image_header(tmp_path: Path) -> None:
-    found = facts(shipped("comp.fits", tmp_path))
+    found = facts(astropy_sample("comp.fits", tmp_path))
     assert (found["is_fits"], found["extensions"], found["object"], found["telescope"]) == \
         (True, 1, "NGC 1316", "Optical")
 
@@ -130,7 +122,7 @@ def test_an_unreadable_date_is_kept_as_text_with_the_reason(tmp_path: Path) -> N
 
 
 def test_an_executor_returns_the_extensions_and_observation_time_with_the_copy(tmp_path: Path) -> None:
-    record = record_for(shipped("test0.fits", tmp_path))
+    record = record_for(astropy_sample("test0.fits", tmp_path))
     meta = ingest_file(record.path, record.checksum, record.size, str(tmp_path / "archive"))
     assert meta[3:7] == (True, None, 4, dt.datetime(1994, 5, 19, 15, 41, 16, tzinfo=dt.UTC))
 
