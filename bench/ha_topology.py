@@ -14,7 +14,7 @@ import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -132,7 +132,7 @@ class SentinelTopology:
     def current_master_address(self) -> Address:
         """The master as a live sentinel names it."""
         for port in self._live_sentinel_ports():
-            with _client(port) as sentinel, contextlib.suppress(redis.RedisError):
+            with loopback_client(port) as sentinel, contextlib.suppress(redis.RedisError):
                 host, master_port = sentinel.sentinel_get_master_addr_by_name(MASTER_NAME)
                 return host, int(master_port)
         raise AssertionError("no sentinel answers")
@@ -149,17 +149,7 @@ class SentinelTopology:
 
     def wait_for_failover(self, old: Address, timeout: float = READY_TIMEOUT * 2) -> Address:
         """The new master's address, once the sentinels name another server and it answers as master."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with contextlib.suppress(AssertionError, redis.RedisError):
-                address = self.current_master_address()
-                if address != old:
-                    with _client(address[1]) as server:
-                        if server.role()[0] == "master":
-                            return address
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no fail-over from {old} within {timeout} s")
-            time.sleep(POLL)
+        return wait_for_new_master(self.current_master_address, old, timeout)
 
     def restart_killed(self, timeout: float = READY_TIMEOUT * 2) -> Address:
         """Start the killed master again, as systemd would, and return the master's address once it has every
@@ -176,7 +166,7 @@ class SentinelTopology:
         while True:
             with contextlib.suppress(AssertionError, redis.RedisError):
                 address = self.current_master_address()
-                with _client(address[1]) as master:
+                with loopback_client(address[1]) as master:
                     info = master.info("replication")
                     online = [value for key, value in info.items()
                               if key.startswith("slave") and isinstance(value, dict) and value["state"] == "online"]
@@ -229,7 +219,7 @@ class SentinelTopology:
     def _sentinels_agree(self, master_port: int) -> bool:
         """Every sentinel names the master, knows the two other sentinels and every replica."""
         for port in self._live_sentinel_ports():
-            with _client(port) as sentinel:
+            with loopback_client(port) as sentinel:
                 try:
                     master = sentinel.sentinel_get_master_addr_by_name(MASTER_NAME)
                     others = sentinel.sentinel_sentinels(MASTER_NAME)
@@ -241,8 +231,25 @@ class SentinelTopology:
         return True
 
 
+def wait_for_new_master(named: Callable[[], Address], old: Address, timeout: float) -> Address:
+    """The address ``named`` gives once it is not ``old`` and the server there answers as a master (``named``
+    may raise AssertionError or a Redis error while nobody can tell)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(AssertionError, redis.RedisError):
+            address = named()
+            if address != old:
+                with loopback_client(address[1]) as server:
+                    if server.role()[0] == "master":
+                        return address
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no fail-over from {old} within {timeout} s")
+        time.sleep(POLL)
+
+
 @contextlib.contextmanager
-def _client(port: int) -> Iterator[redis.Redis]:
+def loopback_client(port: int) -> Iterator[redis.Redis]:
+    """A client of the server (or sentinel) at 127.0.0.1:``port`` that gives up after 2 s, closed after the block."""
     client = redis.Redis(host=LOOPBACK, port=port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
     try:
         yield client

@@ -25,7 +25,7 @@ from dataq.ops.documents import (
 )
 from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.record import Record, format_list_line
-from dataq.store import Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
+from dataq.store import ClusterMember, Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
 
 MOVE_MESSAGES = {
     "advance": "Advanced {n} records to next-in-line",
@@ -276,7 +276,19 @@ def _replication_lines(status: ReplicationStatus) -> dict[str, str]:
     if status.sentinels is not None:
         seen = ", ".join(f"{address} {'up' if up else 'DOWN'}" for address, up in status.sentinels.items())
         lines["sentinels"] = f"{status.sentinels_up} of {len(status.sentinels)} answer: {seen}"
+    if status.cluster is not None:
+        cluster = status.cluster
+        lines["cluster"] = (f"{cluster.masters} masters, {len(cluster.members) - cluster.masters} replicas; "
+                            f"the queue is in slot {cluster.slot} on {status.master}")
+        for index, member in enumerate(cluster.members):
+            lines[f"node {index + 1}"] = _member_line(member)
     return lines
+
+
+def _member_line(member: ClusterMember) -> str:
+    role = f"master of slots {member.slots or 'none'}" if member.master is None else f"replica of {member.master}"
+    marks = (" (holds the queue)" if member.holds_queue else "") + ("" if member.up else " DOWN")
+    return f"{member.address} {role}{marks}"
 
 
 def _replication_doc(status: ReplicationStatus) -> dict[str, Any]:
@@ -286,6 +298,11 @@ def _replication_doc(status: ReplicationStatus) -> dict[str, Any]:
         "replicas": [{"address": r.address, "state": r.state, "lag_bytes": r.lag_bytes,
                       "lag_seconds": r.lag_seconds} for r in status.replicas],
         "sentinels": status.sentinels,
+        "cluster": None if status.cluster is None else {
+            "slot": status.cluster.slot,
+            "nodes": [{"address": m.address, "role": m.role, "master": m.master, "slots": m.slots, "up": m.up,
+                       "holds_queue": m.holds_queue} for m in status.cluster.members],
+        },
         "problems": replication_problems(status),
     }
 

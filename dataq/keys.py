@@ -51,6 +51,8 @@ key                    type    what it holds                                    
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
 ``dq:{NAME}:work`` carries ``work`` when records become runnable, so blocked daemons react at once instead of
 polling. Two channels, because push daemons care only for flags and would otherwise hear every batch they write.
+On a Redis Cluster both are shard channels (``SPUBLISH``/``SSUBSCRIBE``): they carry the hash tag too, so the
+queue's master alone serves them (:mod:`dataq.store.cluster`).
 """
 
 from __future__ import annotations

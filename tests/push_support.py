@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from dataq.config import PushSettings, QueueSettings, RedisSettings, Settings
+from dataq.feed.client import Feeder, FeedResult
+from dataq.protocol import ReplyKind
 from dataq.push.daemon import run_push_daemon
 from dataq.record import Record, format_line
 from dataq.store import QueueList, QueueStore
@@ -186,6 +188,34 @@ async def active_ids(store: QueueStore) -> list[str]:
     return [record.checksum for record in await store.list_records(QueueList.ACTIVE)]
 
 
+async def feed_across(settings: Settings, records: Sequence[Record], disruption: Callable[[], Awaitable[object]],
+                      timeout: float) -> FeedResult:
+    """Feed ``records`` through a push daemon (window 100), run ``disruption`` once 2,000 are pushed, and return
+    the feed's result once every record is answered (the feeder retrying for up to ``timeout`` s)."""
+    daemon = await start_push(settings)
+    feeder = Feeder(LOOPBACK, daemon.port, window=100, retry_for=timeout)
+    try:
+        feed = asyncio.create_task(feeder.feed(records))
+
+        async def under_way() -> bool:
+            return feeder.result.pushed >= 2_000
+
+        await eventually(under_way)
+        await disruption()
+        return await asyncio.wait_for(feed, timeout)
+    finally:
+        await daemon.shutdown()
+
+
+async def every_record_pushed_and_active(result: FeedResult, records: Sequence[Record], store: QueueStore) -> None:
+    """Every record of a feed was answered ``Pushed``, none twice nor with an error, and each is in the active
+    list: what a fail-over under a feed must leave."""
+    assert (result.errors, result.ignored) == (0, 0)
+    assert [reply.kind for reply in result.replies or []] == [ReplyKind.PUSHED] * len(records)
+    tracked = {record.checksum for record in await store.list_records(QueueList.ACTIVE)}
+    assert tracked == {record.checksum for record in records}
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = WAIT_TIMEOUT) -> None:
     """Wait until ``check()`` holds (polled), or fail."""
     deadline = time.monotonic() + timeout
@@ -321,3 +351,14 @@ def push_process(config: Path, port: int, *args: str) -> Iterator[PushProcess]:
             process.kill()
         process.wait(WAIT_TIMEOUT)
 
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Child processes a test starts (``dataq run``, daemons): any still running at the end is killed."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -1,8 +1,9 @@
 """The ``[redis]`` section: where Redis is (a URL, Sentinel, or the embedded server) and how safe a write must be.
 
 Three ways to reach Redis, one at a time: ``url`` (one server, or a master with replicas that never fails over
-by itself), ``sentinels`` with ``master_name`` (the master that Redis Sentinel elects, followed across
-fail-overs), or neither (an embedded redis-server in ``data_dir``). ``min_replicas`` works with the first two.
+by itself; with ``cluster``, any node of a Redis Cluster), ``sentinels`` with ``master_name`` (the master that
+Redis Sentinel elects, followed across fail-overs), or neither (an embedded redis-server in ``data_dir``).
+``min_replicas`` works with the first two (per shard on a cluster).
 """
 
 from __future__ import annotations
@@ -80,11 +81,16 @@ class RedisSettings(Section):
     """Replicas that must hold a write (push, ack, fail, range move) before it is acknowledged; 0: the master's."""
     replica_timeout: float = setting(1.0, gt=0)
     """Seconds a write waits for ``min_replicas`` replicas before it counts as not replicated (and is retried)."""
+    cluster: bool = False
+    """``url`` is a node of a Redis Cluster: each queue lives on the master holding its slot, found and followed
+    across fail-overs through the cluster's slot map."""
 
     def _check(self) -> None:
         if self.url is not None and not self.url.startswith(tuple(f"{scheme}://" for scheme in REDIS_URL_SCHEMES)):
             raise Invalid("url", f"{{key}} {self.url!r} must start with redis://, rediss:// or unix://")
         together(self, "cert_file", "key_file")
+        if self.cluster:
+            self._check_cluster()
         if self.sentinels:
             if self.url is not None:
                 raise Invalid("sentinels", "keys '{key}' and '{table}.url' exclude each other: with sentinels, "
@@ -104,6 +110,22 @@ class RedisSettings(Section):
             if self.min_replicas and self.url is None:
                 raise Invalid("min_replicas", "key '{key}' needs replicas: set '{table}.url' or "
                               "'{table}.sentinels' (the embedded redis-server has none)")
+
+    def _check_cluster(self) -> None:
+        if self.sentinels:
+            raise Invalid("cluster", "keys '{key}' and '{table}.sentinels' exclude each other: a Redis Cluster "
+                          "elects its masters itself")
+        if self.url is None:
+            raise Invalid("cluster", "key '{key}' needs '{table}.url', the address of one of the cluster's nodes "
+                          "(the embedded redis-server is no cluster)")
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            raise Invalid("cluster", "key '{key}' needs a redis:// or rediss:// '{table}.url': the cluster's "
+                          "nodes tell each other's addresses as host and port")
+        database = parse_qs(parts.query).get("db", [parts.path.strip("/") or "0"])[-1]
+        if database != "0":
+            raise Invalid("url", f"key '{{key}}' names database {database!r}: a Redis Cluster has only "
+                          "database 0")
 
     @property
     def embedded(self) -> bool:

@@ -70,7 +70,7 @@ def unreachable_destinations(workers: list[Worker], summary: Summary) -> list[Un
 
 
 def replication_problems(status: ReplicationStatus) -> list[str]:
-    """What is wrong with the master's replicas and sentinels, worst first (none: all is well)."""
+    """What is wrong with the master's replicas, sentinels or cluster, worst first (none: all is well)."""
     problems = []
     if status.online < status.min_replicas:
         problems.append(f"only {status.online} replica(s) connected to the master {status.master}, "
@@ -85,6 +85,9 @@ def replication_problems(status: ReplicationStatus) -> list[str]:
         if down:
             problems.append(f"sentinel(s) {', '.join(down)} do not answer ({status.sentinels_up} of "
                             f"{len(status.sentinels)} do)")
+    if status.cluster is not None and status.cluster.down:
+        failing = ", ".join(f"{member.address} ({member.role})" for member in status.cluster.down)
+        problems.append(f"cluster node(s) {failing} failing or unreachable")
     return problems
 
 

@@ -6,7 +6,9 @@ Key names come from :mod:`dataq.keys`; redis-py errors leave as dataq errors (:m
 from __future__ import annotations
 
 from dataq.config import Settings
+from dataq.keys import QueueKeys
 from dataq.store.base import NOTICE_WORK
+from dataq.store.cluster import connect_cluster
 from dataq.store.connection import client_options, connect
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
@@ -24,6 +26,8 @@ from dataq.store.topology import TopologyOps
 from dataq.store.types import (
     Claim,
     ClaimStatus,
+    ClusterMember,
+    ClusterStatus,
     Event,
     FailOutcome,
     Failures,
@@ -46,8 +50,9 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
 
     @classmethod
     def open(cls, settings: Settings, url: str, queue: str) -> QueueStore:
-        """A store for ``queue`` on ``url`` (or the ``sentinel://`` address of :func:`redis_address`) with the
-        settings' TLS options (URLs), credentials (sentinels), timeouts, replication and event limits."""
+        """A store for ``queue`` on ``url`` (or the ``sentinel://`` address of :func:`redis_address`; with
+        ``cluster``, any node of the cluster) with the settings' TLS options (URLs), credentials (sentinels),
+        timeouts, replication and event limits."""
         redis = settings.redis
         replication = Replication(redis.min_replicas, redis.replica_timeout)
         if url.startswith(f"{SENTINEL_SCHEME}://"):
@@ -58,6 +63,13 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
                                                 options=options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
                        sentinel=sentinel)
+        if redis.cluster:
+            options = client_options(tls=url.startswith("rediss://"), ca_file=redis.ca_file,
+                                     cert_file=redis.cert_file, key_file=redis.key_file,
+                                     socket_timeout=redis.socket_timeout)
+            client, slots = connect_cluster(url, QueueKeys(queue).records, options)
+            return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
+                       cluster=slots)
         client = connect(url, ca_file=redis.ca_file, cert_file=redis.cert_file, key_file=redis.key_file,
                          socket_timeout=redis.socket_timeout)
         return cls(client, queue, events_max_len=settings.events.max_len, replication=replication)
@@ -90,6 +102,8 @@ __all__ = [
     "RATE_KINDS",
     "Claim",
     "ClaimStatus",
+    "ClusterMember",
+    "ClusterStatus",
     "Event",
     "FailOutcome",
     "Failures",

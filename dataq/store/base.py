@@ -11,6 +11,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.commands.core import AsyncScript
 
 from dataq.keys import QueueKeys
+from dataq.store.cluster import SlotMap
 from dataq.store.connection import load_scripts
 from dataq.store.lane import Lane
 from dataq.store.replication import Replication
@@ -34,6 +35,7 @@ class StoreBase:
         events_max_len: int = DEFAULT_EVENTS_MAX_LEN,
         replication: Replication | None = None,
         sentinel: Sentinel | None = None,
+        cluster: SlotMap | None = None,
     ) -> None:
         self.client = client
         # redis-py types every reply as ``bytes | str`` whatever ``decode_responses`` says; this client always
@@ -45,6 +47,11 @@ class StoreBase:
         self.replication = replication or Replication()
         self.sentinel = sentinel
         """The sentinels this store's master was found through (None: a Redis URL)."""
+        self.cluster = cluster
+        """Where in a Redis Cluster this queue's master is (None: not a cluster)."""
+        self.pubsub_mode = "sharded" if cluster is not None else "plain"
+        """Sharded pub/sub on a cluster (the queue's channels share its slot, so its master alone serves them);
+        what the scripts that publish are told."""
         self._scripts: dict[str, AsyncScript] = load_scripts(client)
         self._lane = Lane(client)
 
@@ -66,10 +73,15 @@ class StoreBase:
 
     async def _announce_work(self) -> None:
         """Tell idle pop daemons that records became runnable (a hint: they also poll)."""
-        await self.r.publish(self.keys.work, NOTICE_WORK)
+        await self.r.execute_command("SPUBLISH" if self.cluster is not None else "PUBLISH", self.keys.work,
+                                     NOTICE_WORK)
 
     async def close(self) -> None:
-        await self._lane.close()
-        await self.client.aclose()
-        if self.sentinel is not None:
-            await self.sentinel.aclose()
+        try:
+            await self._lane.close()
+            await self.client.aclose()
+        finally:
+            if self.sentinel is not None:
+                await self.sentinel.aclose()
+            if self.cluster is not None:
+                await self.cluster.close()

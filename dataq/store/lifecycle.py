@@ -15,6 +15,7 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from dataq.errors import StoreUnavailable
 from dataq.record import Record, decode_stored, encode_stored
 from dataq.store.base import NOTICE_WORK, StoreBase
 from dataq.store.connection import translate, translated
@@ -66,7 +67,7 @@ class LifecycleOps(StoreBase):
         k = self.keys
         ids = "\n".join([record.checksum for record, _ in items])
         values = "\n".join(encode_stored(items, pushed_at))
-        args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values]
+        args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode]
         reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates], args,
                                    replicated=True, on_written=on_written)
         status, length = reply
@@ -278,7 +279,7 @@ class LifecycleOps(StoreBase):
         previous = await self._script(
             "set_flag",
             [k.flags, k.events],
-            [flag.value, "on" if on else "off", self.events_max_len, k.notices, who],
+            [flag.value, "on" if on else "off", self.events_max_len, k.notices, who, self.pubsub_mode],
             replicated=True,
         )
         return bool(previous == "on")
@@ -295,13 +296,24 @@ class LifecycleOps(StoreBase):
         Raises StoreUnavailable when it does; the caller resubscribes after a backoff and re-reads the flags,
         since notices sent meanwhile are lost.
         """
-        pubsub = self.r.pubsub(ignore_subscribe_messages=True)
+        channels = (self.keys.notices, self.keys.work) if work else (self.keys.notices,)
+        pubsub = self.r.pubsub()
         try:
-            await pubsub.subscribe(*((self.keys.notices, self.keys.work) if work else (self.keys.notices,)))
+            if self.cluster is not None:
+                await pubsub.ssubscribe(*channels)
+            else:
+                await pubsub.subscribe(*channels)
             while True:
                 message = await pubsub.get_message(timeout=None)
-                if message is not None and message["type"] == "message":
+                kind = None if message is None else message["type"]
+                if kind in ("message", "smessage"):
                     yield str(message["data"])
+                elif kind in ("sunsubscribe", "unsubscribe"):
+                    # Never asked for: a cluster node that loses the queue's slot (a fail-over, a resharding)
+                    # unsubscribes its shard channels' subscribers, who must find the slot's new master.
+                    if self.cluster is not None:
+                        self.cluster.mark_stale()
+                    raise StoreUnavailable("the queue's notices moved to another Redis node; subscribing again")
         except (rexc.RedisError, OSError) as exc:
             raise translate(exc) from exc
         finally:

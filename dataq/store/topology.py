@@ -1,4 +1,5 @@
-"""Where a store's writes go: the master, its replicas and their lag, and the sentinels that elect the master."""
+"""Where a store's writes go: the master, its replicas and their lag, and the sentinels that elect the master or
+the Redis Cluster it is one shard of."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import redis.exceptions as rexc
 
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
-from dataq.store.types import Replica, ReplicationStatus
+from dataq.store.types import ClusterMember, ClusterStatus, Replica, ReplicationStatus
 
+SLOTS = 16384
+"""A Redis Cluster's hash slots; also what a master serving none sorts as."""
 SENTINEL_PROBE_TIMEOUT = 2.0
 """Seconds a sentinel may take to answer PING before it counts as down."""
 
@@ -18,8 +21,9 @@ SENTINEL_PROBE_TIMEOUT = 2.0
 class TopologyOps(StoreBase):
     @property
     def highly_available(self) -> bool:
-        """Whether this store is meant to survive the loss of its master (Sentinel, or replicated writes)."""
-        return self.sentinel is not None or self.replication.enabled
+        """Whether this store is meant to survive the loss of its master (Sentinel, a cluster, or replicated
+        writes)."""
+        return self.sentinel is not None or self.cluster is not None or self.replication.enabled
 
     @translated
     async def memory_usage(self) -> tuple[int, int]:
@@ -49,8 +53,12 @@ class TopologyOps(StoreBase):
             clients = list(self.sentinel.sentinels)
             answers = await asyncio.gather(*(_answers(client) for client in clients))
             sentinels = {_address(*_host_port(client)): up for client, up in zip(clients, answers, strict=True)}
+        cluster = None
+        if self.cluster is not None:
+            nodes = await self._lane.execute("CLUSTER", "NODES")
+            cluster = ClusterStatus(self.cluster.slot, parse_cluster_nodes(str(nodes), self.cluster.slot))
         return ReplicationStatus(await self._master_address(), tuple(replicas), self.replication.min_replicas,
-                                 sentinels)
+                                 sentinels, cluster)
 
     async def _master_address(self) -> str:
         pool = self.client.connection_pool
@@ -59,6 +67,42 @@ class TopologyOps(StoreBase):
             return _address(*master)
         kwargs = pool.connection_kwargs
         return str(kwargs["path"]) if "path" in kwargs else _address(kwargs.get("host"), kwargs.get("port"))
+
+
+def parse_cluster_nodes(text: str, queue_slot: int) -> tuple[ClusterMember, ...]:
+    """The members of ``CLUSTER NODES``' reply: ``<id> <ip:port@bus-port[,hostname]> <flags> <master id> <ping>
+    <pong> <epoch> <link> <slot ranges>...`` per line, masters first (by their first slot), each followed by its
+    replicas; the master whose ranges hold ``queue_slot`` holds the queue."""
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    addresses = {row[0]: row[1].split("@")[0] for row in rows}
+    members: list[ClusterMember] = []
+    for node_id, _address, flags_text, master_id, _ping, _pong, _epoch, link, *slots in rows:
+        flags = set(flags_text.split(","))
+        master = "master" in flags
+        members.append(ClusterMember(
+            address=addresses[node_id],
+            role="master" if master else "replica",
+            master=None if master else addresses.get(master_id, master_id),
+            slots=" ".join(slot for slot in slots if not slot.startswith("[")),
+            up=not flags & {"fail", "fail?", "noaddr", "handshake"} and link == "connected",
+            holds_queue=master and _holds(slots, queue_slot),
+        ))
+    first_slot = {member.address: _first_slot(member.slots) for member in members if member.master is None}
+    return tuple(sorted(members, key=lambda member: (first_slot.get(member.master or member.address, SLOTS),
+                                                     member.master is not None, member.address)))
+
+
+def _holds(ranges: list[str], slot: int) -> bool:
+    for text in ranges:
+        first, _, last = text.partition("-")
+        if first.isdigit() and int(first) <= slot <= int(last or first):
+            return True
+    return False
+
+
+def _first_slot(slots: str) -> int:
+    first = slots.split(" ", maxsplit=1)[0].split("-", maxsplit=1)[0]
+    return int(first) if first.isdigit() else SLOTS
 
 
 async def _answers(sentinel: Any) -> bool:

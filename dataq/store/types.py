@@ -175,14 +175,50 @@ class Replica:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterMember:
+    """A node of a Redis Cluster as ``CLUSTER NODES`` describes it."""
+
+    address: str
+    role: str
+    """``master`` or ``replica``."""
+    master: str | None
+    """A replica's master (its address), None for a master."""
+    slots: str
+    """The slot ranges a master serves (``0-5460``), empty for a replica."""
+    up: bool
+    """False when the cluster flags it failing (``fail`` or ``fail?``) or its link is down."""
+    holds_queue: bool
+    """Whether it is the master serving the queue's slot."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """The Redis Cluster a queue lives in: the queue's slot and every node."""
+
+    slot: int
+    members: tuple[ClusterMember, ...]
+
+    @property
+    def masters(self) -> int:
+        return sum(1 for member in self.members if member.role == "master")
+
+    @property
+    def down(self) -> tuple[ClusterMember, ...]:
+        return tuple(member for member in self.members if not member.up)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationStatus:
-    """The master a store writes to, its replicas, and the sentinels (when Redis is found through them)."""
+    """The master a store writes to, its replicas, and the sentinels (when Redis is found through them) or the
+    cluster (when the master is one shard of a Redis Cluster)."""
 
     master: str
     replicas: tuple[Replica, ...]
     min_replicas: int
     sentinels: dict[str, bool] | None
     """Each configured sentinel and whether it answers; None without Sentinel."""
+    cluster: ClusterStatus | None = None
+    """The cluster's nodes, as the queue's master sees them; None outside a cluster."""
 
     @property
     def online(self) -> int:

@@ -23,11 +23,18 @@ from dataq.cli.console import main
 from dataq.config import RedisSettings, Settings
 from dataq.feed.client import Feeder
 from dataq.ops import daemon_ops
-from dataq.protocol import ReplyKind
-from dataq.store import QueueList, QueueStore, redis_address
+from dataq.store import QueueStore, redis_address
 from tests.helpers import make_records
 from tests.pop_support import pop_daemon, wait_until
-from tests.push_support import LOOPBACK, QUEUE, eventually, push_settings, start_push
+from tests.push_support import (
+    LOOPBACK,
+    QUEUE,
+    eventually,
+    every_record_pushed_and_active,
+    feed_across,
+    push_settings,
+    start_push,
+)
 
 FAILOVER_TIMEOUT = 60.0
 FEED_TIMEOUT = 180.0
@@ -63,24 +70,10 @@ async def fail_over(topology: SentinelTopology) -> None:
 async def test_a_pipelined_feed_completes_across_a_master_kill_and_every_pushed_record_is_on_the_new_master(
     sentinel_topology: SentinelTopology, ha_store: QueueStore, tmp_path: Path
 ) -> None:
-    daemon = await start_push(ha_settings(sentinel_topology, tmp_path))
     records = make_records(20_000)
-    feeder = Feeder(LOOPBACK, daemon.port, window=100, retry_for=FEED_TIMEOUT)
-    try:
-        feed = asyncio.create_task(feeder.feed(records))
-
-        async def under_way() -> bool:
-            return feeder.result.pushed >= 2_000
-
-        await eventually(under_way)
-        await fail_over(sentinel_topology)
-        result = await asyncio.wait_for(feed, FEED_TIMEOUT)
-    finally:
-        await daemon.shutdown()
-    assert (result.errors, result.ignored) == (0, 0)
-    assert [reply.kind for reply in result.replies or []] == [ReplyKind.PUSHED] * len(records)
-    tracked = {record.checksum for record in await ha_store.list_records(QueueList.ACTIVE)}
-    assert tracked == {record.checksum for record in records}
+    result = await feed_across(ha_settings(sentinel_topology, tmp_path), records,
+                               lambda: fail_over(sentinel_topology), FEED_TIMEOUT)
+    await every_record_pushed_and_active(result, records, ha_store)
 
 
 async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a_master_kill(

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,16 +40,6 @@ def suite_config(tmp_path: Path, port: int, redis_url: str | None = None) -> Pat
     path = tmp_path / "dataq.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-@pytest.fixture
-def children() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for child in started:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 async def summary_when(store: QueueStore, done: int) -> None:

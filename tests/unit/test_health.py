@@ -3,8 +3,10 @@ health and the rates of the last minute. Pure unit tests, on fakeredis."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataq.ops.health import RATE_WINDOW, REPLICA_LAG_WARNING, check_health, rates, replication_problems
-from dataq.store import Replica, ReplicationStatus
+from dataq.store import ClusterMember, ClusterStatus, Replica, ReplicationStatus
 from tests.helpers import fake_store, make_records
 
 
@@ -74,3 +76,13 @@ def test_a_replica_falling_behind_and_a_silent_sentinel_are_named() -> None:
         f"replica 10.0.0.3:6379 has not acknowledged for {REPLICA_LAG_WARNING} s",
         "sentinel(s) b:2 do not answer (2 of 3 do)",
     ]
+
+
+def test_a_failing_cluster_node_is_named() -> None:
+    members = (ClusterMember("10.0.0.1:7000", "master", None, "0-5460", True, True),
+               ClusterMember("10.0.0.2:7000", "master", None, "5461-16383", False, False),
+               ClusterMember("10.0.0.3:7000", "replica", "10.0.0.1:7000", "", True, False))
+    degraded = ReplicationStatus("10.0.0.1:7000", (ONLINE,), 1, None, ClusterStatus(866, members))
+    assert replication_problems(degraded) == ["cluster node(s) 10.0.0.2:7000 (master) failing or unreachable"]
+    whole = dataclasses.replace(degraded, cluster=ClusterStatus(866, (members[0], members[2])))
+    assert replication_problems(whole) == []

@@ -533,6 +533,28 @@ def test_high_availability_mistakes_are_named(tmp_path: Path, text: str, message
     assert message in error_of(tmp_path, f"[redis]\n{text}\n")
 
 
+def test_a_cluster_is_reached_through_the_url_of_any_of_its_nodes(tmp_path: Path) -> None:
+    redis = load(tmp_path, '[redis]\nurl = "redis://10.0.0.1:7000"\ncluster = true\nmin_replicas = 1\n').redis
+    assert (redis.url, redis.cluster, redis.min_replicas, redis.embedded) == ("redis://10.0.0.1:7000", True, 1, False)
+    assert load(tmp_path, '[redis]\nurl = "rediss://10.0.0.1:7000/0"\ncluster = true\n').redis.cluster
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cluster = true", "key 'redis.cluster' needs 'redis.url', the address of one of the cluster's nodes"),
+        ('cluster = true\nsentinels = ["a:1"]\nmaster_name = "m"',
+         "keys 'redis.cluster' and 'redis.sentinels' exclude each other"),
+        ('cluster = true\nurl = "unix:///run/redis.sock"', "key 'redis.cluster' needs a redis:// or rediss://"),
+        ('cluster = true\nurl = "redis://h:7000/2"', "key 'redis.url' names database '2': a Redis Cluster has only"),
+        ('cluster = true\nurl = "redis://h:7000?db=1"', "names database '1'"),
+        ('cluster = "yes"\nurl = "redis://h:7000"', "key 'redis.cluster' must be a boolean"),
+    ],
+)
+def test_cluster_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
+    assert message in error_of(tmp_path, f"[redis]\n{text}\n")
+
+
 def test_a_redis_url_override_conflicts_with_configured_sentinels(tmp_path: Path) -> None:
     text = '[redis]\nsentinels = ["a:1"]\nmaster_name = "m"\n'
     assert "exclude each other" in error_of(tmp_path, text, DATAQ_REDIS_URL="redis://x:1")

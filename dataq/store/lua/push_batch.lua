@@ -14,6 +14,8 @@
 -- ARGV[5] the record ids, joined by newlines     ARGV[6] their stored values, in the same order, joined by newlines
 --         (two arguments, not two per record: the client packs each argument on its own, at a cost; neither an id
 --         nor a stored value holds a newline). Every value of one call carries the same push time.
+-- ARGV[7] 'sharded' to publish the notice with SPUBLISH (on a Redis Cluster, where the channel shares the queue's
+--         slot: sharded pub/sub stays on the slot's master instead of crossing the cluster bus), else PUBLISH
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -105,7 +107,7 @@ end
 if maxlen > 0 and count > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
 if fresh_count > 0 then
   tally(counters, rates, 'pushed', fresh_count)
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  redis.call(ARGV[7] == 'sharded' and 'SPUBLISH' or 'PUBLISH', ARGV[3], ARGV[4])
 end
 tally(counters, rates, 'duplicate', duplicates)
 return { table.concat(status), redis.call('LLEN', active) }
