@@ -11,14 +11,16 @@ JAVA_PACKAGE := default-jre-headless
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
-# packages, each installed only when missing; the tests also get Chromium and its chromedriver (the web
-# console's browser tests), and systemd-nspawn with Debian's own Python venv (the units' tests boot systemd in a
-# container, with dataq in a virtualenv there), which running dataq does not need. policy-rc.d keeps apt from
+# packages, each installed only when missing; the tests also get redis-cli (which creates their Redis Clusters),
+# Chromium and its chromedriver (the web console's browser tests), and systemd-nspawn with Debian's own Python
+# venv (the units' tests boot systemd in a container, with dataq in a virtualenv there), which running dataq does
+# not need. policy-rc.d keeps apt from
 # starting a system-wide redis-server that nobody asked for.
 system-deps:
 	@missing=""; \
 	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$(TEST_DEPS)" ]; then \
+		command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 		[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 		[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
 		[ -x /usr/lib/systemd/systemd ] || missing="$$missing systemd"; \

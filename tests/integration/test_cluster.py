@@ -1,6 +1,6 @@
 """dataq on a Redis Cluster of three masters (real processes on loopback): each queue lives on the master holding
-its slot, push and pop daemons, the CLI and pub/sub notices work unchanged, and every script keeps its keys in
-the queue's slot."""
+its slot; push and pop daemons, the CLI, the actions' lease, the metrics and pub/sub notices work unchanged; every
+script keeps its keys in the queue's slot; and a cluster whose slot map cannot be read yet is an outage, retried."""
 
 from __future__ import annotations
 
