@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ import redis
 
 from bench.cluster_topology import ClusterTopology, queue_on_master
 from bench.ha import cpu_jiffies
+from bench.pop import wait_for
 from bench.push import dataq_command, lines, machine, wait_for_port
 from dataq.config import load_settings
 from dataq.embedded.redis_server import EmbeddedRedis, free_port
@@ -59,7 +60,6 @@ WINDOW = 1_000
 POP_CONCURRENCY = 64
 STARTUP_TIMEOUT = 30.0
 RUN_TIMEOUT = 600.0
-POLL = 0.02
 
 Address = tuple[str, int]
 
@@ -185,7 +185,7 @@ async def pop_phase(setup: Setup, config: Path, queues: list[str], holders: dict
         for store in by_queue.values():
             await store.set_flag(Flag.ACTION, False)
         with daemons("pop", config, queues, "--concurrency", str(POP_CONCURRENCY)):
-            await until(lambda: all_registered(by_queue), STARTUP_TIMEOUT, "the pop daemons to register")
+            await wait_for(lambda: all_registered(by_queue), STARTUP_TIMEOUT, "the pop daemons to register")
             done_before = {queue: (await store.counters()).get("done", 0) for queue, store in by_queue.items()}
             cpu_before, jiffies_before = setup.cpu(), cpu_jiffies()
             began = time.perf_counter()
@@ -197,7 +197,7 @@ async def pop_phase(setup: Setup, config: Path, queues: list[str], holders: dict
                         return False
                 return True
 
-            await until(drained, RUN_TIMEOUT, "the queues to drain")
+            await wait_for(drained, RUN_TIMEOUT, "the queues to drain")
             elapsed = time.perf_counter() - began
             cpu_after, jiffies_after = setup.cpu(), cpu_jiffies()
     return Phase(count * len(queues) / elapsed, per_record(cpu_before, cpu_after, handled(holders, count)),
@@ -220,14 +220,6 @@ def handled(holders: dict[str, Address], count: int) -> dict[Address, int]:
 
 def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[0] - before[0]) / max(1, after[1] - before[1])
-
-
-async def until(condition: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        await asyncio.sleep(POLL)
 
 
 Cells = dict[tuple[str, int, str], list[Phase]]

@@ -76,33 +76,31 @@ def parse_cluster_nodes(text: str, queue_slot: int) -> tuple[ClusterMember, ...]
     rows = [line.split() for line in text.splitlines() if line.strip()]
     addresses = {row[0]: row[1].split("@")[0] for row in rows}
     members: list[ClusterMember] = []
+    first_slot: dict[str, int] = {}
     for node_id, _address, flags_text, master_id, _ping, _pong, _epoch, link, *slots in rows:
         flags = set(flags_text.split(","))
         master = "master" in flags
+        served = [slot for slot in slots if not slot.startswith("[")]  # [slot->-id]: one being migrated
+        ranges = [_slot_range(text) for text in served]
+        address = addresses[node_id]
+        if master:
+            first_slot[address] = min((low for low, _ in ranges), default=SLOTS)
         members.append(ClusterMember(
-            address=addresses[node_id],
+            address=address,
             role="master" if master else "replica",
             master=None if master else addresses.get(master_id, master_id),
-            slots=" ".join(slot for slot in slots if not slot.startswith("[")),
+            slots=" ".join(served),
             up=not flags & {"fail", "fail?", "noaddr", "handshake"} and link == "connected",
-            holds_queue=master and _holds(slots, queue_slot),
+            holds_queue=master and any(low <= queue_slot <= high for low, high in ranges),
         ))
-    first_slot = {member.address: _first_slot(member.slots) for member in members if member.master is None}
     return tuple(sorted(members, key=lambda member: (first_slot.get(member.master or member.address, SLOTS),
                                                      member.master is not None, member.address)))
 
 
-def _holds(ranges: list[str], slot: int) -> bool:
-    for text in ranges:
-        first, _, last = text.partition("-")
-        if first.isdigit() and int(first) <= slot <= int(last or first):
-            return True
-    return False
-
-
-def _first_slot(slots: str) -> int:
-    first = slots.split(" ", maxsplit=1)[0].split("-", maxsplit=1)[0]
-    return int(first) if first.isdigit() else SLOTS
+def _slot_range(text: str) -> tuple[int, int]:
+    """``5461-10922`` or a single slot ``5461``."""
+    low, _, high = text.partition("-")
+    return int(low), int(high or low)
 
 
 async def _answers(sentinel: Any) -> bool:
