@@ -10,6 +10,12 @@ flight, against three set-ups started fresh for the run, every server with ``app
   group commit).
 
 The set-ups take turns cell by cell, so the VM's drift hits them alike; each cell is the median of the rounds.
+Each cell also measures its physical ceiling on the same servers (:mod:`bench.raw_writes`): as many connections
+as feeders, each sending its window of SETs at once (with a WAIT for the ``wait`` set-up) and the next window once
+every reply is in. Its ratios are what a replica and its confirmation cost Redis itself on this machine at that
+window, before dataq does anything: with master and replica on one host they share its cores and its disk. After
+each round, ``redis-benchmark`` (4 connections of 100 pipelined SETs) shows the replica's cost to Redis's own C
+client too.
 
 **Fail-overs**: a master, two replicas (the README's three data hosts) and three sentinels
 (``down-after-milliseconds`` 1000, quorum 2), ``min_replicas = 1``. One feeder (window 100) feeds; the master is
@@ -21,6 +27,7 @@ that every record ran.
 
     .venv/bin/python bench/ha.py            # 3 rounds (a few minutes)
     .venv/bin/python bench/ha.py --quick    # fewer records, 1 round
+    .venv/bin/python bench/ha.py --throughput-only --replica-appendfsync everysec
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,8 +45,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ha_topology import DOWN_AFTER_MS, SentinelTopology, start_replica_pair
-from bench.push import LOAD_BEFORE, dataq_command, lines, machine, push_daemon
+from bench.ha_topology import DOWN_AFTER_MS, SentinelTopology, port_of, start_replica_pair
+from bench.push import LOAD_BEFORE, dataq_command, fsynced_round_trips, lines, machine, push_daemon
+from bench.raw_writes import acknowledged_writes
 from dataq.actions.testing import marks
 from dataq.config import load_settings
 from dataq.embedded.redis_server import EmbeddedRedis
@@ -61,6 +70,11 @@ POP_CONCURRENCY = 32
 POP_ACTION_SECONDS = 0.02
 FAILOVER_REPLICAS = 2
 """Three data servers, as in the README's three-host layout: one replica is left to confirm writes at once."""
+FAILOVER_BUDGET = DOWN_AFTER_MS / 1000 + 3
+"""The issue's target for the longest stall of a feeder across a fail-over, in seconds."""
+CEILING_WRITES = 400_000
+CEILING_CONNECTIONS = 4
+CEILING_PIPELINE = 100
 
 
 def cpu_jiffies() -> tuple[int, int]:
@@ -90,11 +104,28 @@ async def feed(port: int, window: int, feeders: int, start: int, count: int) -> 
 
 Cells = dict[tuple[str, int, int], list[tuple[float, float]]]
 """(set-up, window, feeders) -> (records/s, CPU busy share) of each round."""
+Ceilings = dict[str, list[float]]
+""""plain" and "replica" -> redis-benchmark's writes/s of each round."""
+RawCeilings = dict[tuple[str, int, int], list[float]]
+"""(set-up, window, connections) -> Redis's own acknowledged writes/s of each round (bench/raw_writes.py)."""
 
 
-async def throughput(quick: bool, repeat: int, replica_appendfsync: str) -> Cells:
+def redis_ceiling(url: str) -> float:
+    ceiling = fsynced_round_trips(url, CEILING_WRITES, CEILING_CONNECTIONS, CEILING_PIPELINE)
+    assert ceiling is not None, "throughput() checks for redis-benchmark first"
+    return ceiling.rate
+
+
+Measured = tuple[Cells, RawCeilings, Ceilings]
+
+
+async def throughput(quick: bool, repeat: int, replica_appendfsync: str) -> Measured:
+    if shutil.which("redis-benchmark") is None:
+        raise SystemExit("redis-benchmark (Debian's redis-tools) is needed for the ceiling: make install-test")
     counts = RECORDS_QUICK if quick else RECORDS_FULL
     rates: Cells = {(s, w, f): [] for s in SETUPS for w in WINDOWS for f in FEEDERS}
+    raw: RawCeilings = {(s, w, f): [] for s in SETUPS for w in WINDOWS for f in FEEDERS}
+    ceilings: Ceilings = {"plain": [], "replica": []}
     with tempfile.TemporaryDirectory(prefix="dataq-bench-ha-") as tmp:
         root = Path(tmp)
         plain = EmbeddedRedis(root / "plain", port=0, appendfsync="always")
@@ -107,6 +138,7 @@ async def throughput(quick: bool, repeat: int, replica_appendfsync: str) -> Cell
                     push_daemon(root / "d-replica", master.url) as (replica_port, _), \
                     push_daemon(root / "d-wait", master.url, redis_extra="min_replicas = 1\n") as (wait_port, _):
                 ports = {"plain": plain_port, "replica": replica_port, "wait": wait_port}
+                redis_ports = {"plain": port_of(plain), "replica": port_of(master), "wait": port_of(master)}
                 start = 0
                 for round_ in range(repeat):
                     for window in WINDOWS:
@@ -116,16 +148,23 @@ async def throughput(quick: bool, repeat: int, replica_appendfsync: str) -> Cell
                                 rates[name, window, feeders].append(cell)
                                 start += counts[window]
                                 await stores[name].clear()
+                                raw[name, window, feeders].append(await acknowledged_writes(
+                                    redis_ports[name], window, feeders, counts[window], wait=name == "wait"))
                             print(f"  round {round_ + 1}: window {window:>6,} x {feeders}: " + ", ".join(
-                                f"{name} {rates[name, window, feeders][-1][0]:,.0f}" for name in SETUPS),
+                                f"{name} {rates[name, window, feeders][-1][0]:,.0f} "
+                                f"(Redis alone {raw[name, window, feeders][-1]:,.0f})" for name in SETUPS),
                                 file=sys.stderr)
+                    ceilings["plain"].append(redis_ceiling(plain.url))
+                    ceilings["replica"].append(redis_ceiling(master.url))
+                    print(f"  round {round_ + 1}: redis-benchmark plain {ceilings['plain'][-1]:,.0f}, "
+                          f"with replica {ceilings['replica'][-1]:,.0f}", file=sys.stderr)
         finally:
             for store in stores.values():
                 await store.close()
             replica.stop()
             master.stop()
             plain.stop()
-    return rates
+    return rates, raw, ceilings
 
 
 async def failover() -> dict[str, float]:
@@ -177,6 +216,12 @@ async def failover() -> dict[str, float]:
             finally:
                 await store.close()
             pushed = {reply.detail for reply in result.replies or [] if reply.kind is ReplyKind.PUSHED}
+            if longest_stall > FAILOVER_BUDGET:
+                kept = Path(tempfile.mkdtemp(prefix="dataq-bench-slow-failover-"))
+                shutil.copytree(root, kept, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.aof", "*.rdb", "appendonlydir", "*.sock"))
+                print(f"  a stall over the target: logs of the servers, sentinels and daemon kept in {kept}",
+                      file=sys.stderr)
             return {
                 "pushed": len(pushed),
                 "errors": result.errors,
@@ -191,34 +236,43 @@ async def failover() -> dict[str, float]:
             topology.stop()
 
 
-def report_throughput(rates: Cells, quick: bool, repeat: int,
-                      replica_appendfsync: str) -> None:
+def report_throughput(measured: Measured, quick: bool, repeat: int, replica_appendfsync: str) -> None:
+    rates, raw, ceilings = measured
     counts = RECORDS_QUICK if quick else RECORDS_FULL
     print(f"\npush throughput with replication, records/s: median of {repeat} round(s); records per cell: "
           + ", ".join(f"window {w:,}: {n:,}" for w, n in counts.items()))
     print(f"machine: {machine()}; load average before the run: {LOAD_BEFORE}")
     print(f"appendfsync always on the masters, {replica_appendfsync} on the replica; replica: master + 1 replica, "
           "min_replicas 0; wait: the same with min_replicas 1\n")
-    print("| window | feeders | plain | replica | wait | wait / plain | wait / replica | CPU busy: plain / wait |")
-    print("|-------:|--------:|------:|--------:|-----:|-------------:|---------------:|-----------------------:|")
+    print("| window | feeders | plain | replica | wait | wait / plain | wait / replica | CPU busy: plain / wait "
+          "| Redis alone: plain | replica | wait | wait / plain | replica / plain |")
+    print("|-------:|--------:|------:|--------:|-----:|-------------:|---------------:|-----------------------:"
+          "|------:|------:|------:|------:|------:|")
     for window in WINDOWS:
         for feeders in FEEDERS:
             medians = {name: statistics.median(c[0] for c in rates[name, window, feeders]) for name in SETUPS}
             busy = {name: statistics.median(c[1] for c in rates[name, window, feeders]) for name in SETUPS}
+            alone = {name: statistics.median(raw[name, window, feeders]) for name in SETUPS}
             print(f"| {window:,} | {feeders} | {medians['plain']:,.0f} | {medians['replica']:,.0f} | "
                   f"{medians['wait']:,.0f} | {medians['wait'] / medians['plain']:.2f} | "
                   f"{medians['wait'] / medians['replica']:.2f} | "
-                  f"{busy['plain']:.0%} / {busy['wait']:.0%} |")
+                  f"{busy['plain']:.0%} / {busy['wait']:.0%} | {alone['plain']:,.0f} | {alone['replica']:,.0f} | "
+                  f"{alone['wait']:,.0f} | {alone['wait'] / alone['plain']:.2f} | "
+                  f"{alone['replica'] / alone['plain']:.2f} |")
+    plain, replica = (statistics.median(ceilings[name]) for name in ("plain", "replica"))
+    print(f"\nceiling, redis-benchmark ({CEILING_CONNECTIONS} connections x {CEILING_PIPELINE} pipelined SETs, "
+          f"same servers, after each round): plain {plain:,.0f}/s, master with its replica {replica:,.0f}/s; "
+          f"replica / plain {replica / plain:.2f} (rounds: "
+          + ", ".join(f"{r / p:.2f}" for p, r in zip(ceilings["plain"], ceilings["replica"], strict=True)) + ")")
 
 
 def report_failover(outcome: dict[str, float]) -> None:
-    budget = DOWN_AFTER_MS / 1000 + 3
     print(f"\nfail-over under a feed (1 feeder, window {FAILOVER_WINDOW}, {FAILOVER_RECORDS:,} records, "
           f"min_replicas 1, down-after {DOWN_AFTER_MS} ms):")
     print(f"  sentinels named the new master {outcome['promoted_s']:.1f} s after the kill; the killed server, "
           f"restarted, was back in the replication {outcome['replica_back_s']:.1f} s after it")
     print(f"  longest time the feeder went without a Pushed reply: {outcome['longest_stall_s']:.1f} s (target <= "
-          f"{budget:.0f} s), ending {outcome['stall_ended_after_kill_s']:.1f} s after the kill")
+          f"{FAILOVER_BUDGET:.0f} s), ending {outcome['stall_ended_after_kill_s']:.1f} s after the kill")
     print(f"  {outcome['pushed']:,.0f} records Pushed, {outcome['resent']:,.0f} resends asked for "
           f"(not replicated in time), {outcome['errors']:,.0f} errors, {outcome['lost']:,.0f} Pushed records "
           "missing on the new master")
@@ -290,14 +344,19 @@ def report_pop_failover(outcome: dict[str, float]) -> None:
           f"{outcome['drained_s']:.1f} s after the kill")
 
 
-async def run(quick: bool, repeat: int, skip_throughput: bool, replica_appendfsync: str) -> None:
-    if not skip_throughput:
+async def run(quick: bool, repeat: int, parts: str, replica_appendfsync: str, failover_runs: int) -> None:
+    if parts != "failover":
         report_throughput(await throughput(quick, repeat, replica_appendfsync), quick, repeat, replica_appendfsync)
-    outcome = await failover()
-    report_failover(outcome)
+    if parts == "throughput":
+        return
+    lost = 0.0
+    for _ in range(failover_runs):
+        outcome = await failover()
+        report_failover(outcome)
+        lost += outcome["lost"]
     popped = await pop_failover()
     report_pop_failover(popped)
-    if outcome["lost"] or popped["never_ran"]:
+    if lost or popped["never_ran"]:
         raise SystemExit(1)
 
 
@@ -305,11 +364,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer records per cell, one round")
     parser.add_argument("--repeat", type=int, default=3, help="rounds over every cell (default 3)")
-    parser.add_argument("--failover-only", action="store_true", help="skip the throughput table")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--failover-only", action="store_true", help="skip the throughput table")
+    parts.add_argument("--throughput-only", action="store_true", help="only the throughput table")
+    parser.add_argument("--failover-runs", type=int, default=1,
+                        help="fail-overs under a feed, one after the other (default 1); the logs of one whose stall "
+                             "exceeds the target are kept")
     parser.add_argument("--replica-appendfsync", choices=("always", "everysec"), default="always",
                         help="fsync policy of the replica in the throughput table (default always)")
     args = parser.parse_args()
-    asyncio.run(run(args.quick, 1 if args.quick else args.repeat, args.failover_only, args.replica_appendfsync))
+    parts = "failover" if args.failover_only else "throughput" if args.throughput_only else "all"
+    asyncio.run(run(args.quick, 1 if args.quick else args.repeat, parts, args.replica_appendfsync,
+                    args.failover_runs))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Redis topologies on loopback for the high-availability tests and benchmarks: a master with a replica, and a
-Sentinel set-up (a master, one replica, three sentinels).
+Sentinel set-up (a master, one replica, three sentinels), also with TLS.
 
 Real processes, as in production (Debian's redis-server, also in sentinel mode): the sentinels agree on the
 master with a quorum of 2 and declare it down after 1 s without an answer, so a SIGKILLed master is replaced
@@ -11,10 +11,13 @@ sentinel needs a writable configuration file of its own (it records what it lear
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -98,33 +101,65 @@ POLL = 0.05
 Address = tuple[str, int]
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for a topology whose servers and sentinels talk TLS: ``cert`` serves, ``client_cert`` is what
+    they present to each other (replication, sentinels' probes), both signed by ``ca``."""
+
+    ca: str
+    cert: str
+    key: str
+    client_cert: str
+    client_key: str
+
+    def directives(self, tls_port: int) -> list[tuple[str, str]]:
+        """The TLS directives of a server or sentinel listening on ``tls_port``; with ``tls-replication`` its
+        links (and the addresses it announces: a replica's, a sentinel's) use the TLS ports."""
+        return [("tls-port", str(tls_port)), ("tls-cert-file", self.cert), ("tls-key-file", self.key),
+                ("tls-ca-cert-file", self.ca), ("tls-client-cert-file", self.client_cert),
+                ("tls-client-key-file", self.client_key), ("tls-replication", "yes"), ("tls-auth-clients", "yes")]
+
+
 class SentinelTopology:
-    """A master and ``replicas`` replicas (roles change on fail-over), and three sentinels."""
+    """A master and ``replicas`` replicas (roles change on fail-over), and three sentinels.
+
+    With ``tls``, every server and sentinel also listens with TLS, links to the others with TLS, and the sentinels
+    hand out the TLS ports: a client configured with :attr:`sentinel_addresses` sees TLS only. The plain ports stay
+    open for this harness alone, which probes the servers through them.
+    """
 
     master_name = MASTER_NAME
 
-    def __init__(self, root: Path, replicas: int = 1) -> None:
+    def __init__(self, root: Path, replicas: int = 1, tls: TlsFiles | None = None,
+                 down_after_ms: int = DOWN_AFTER_MS) -> None:
         self._root = root
         self._replicas = replicas
+        self._tls = tls
+        self._down_after_ms = down_after_ms
         self._killed: EmbeddedRedis | None = None
+        self._plain_ports: dict[int, int] = {}
+        """TLS port -> plain port of each server (empty without TLS)."""
         self.servers: list[EmbeddedRedis] = []
         self.sentinel_ports: list[int] = []
+        self._sentinel_tls_ports: list[int] = []
         self._sentinels: list[subprocess.Popen[bytes] | None] = []
 
     @property
     def sentinel_addresses(self) -> list[str]:
-        return [f"{LOOPBACK}:{port}" for port in self.sentinel_ports]
+        """Where clients find the sentinels (their TLS ports with ``tls``)."""
+        return [f"{LOOPBACK}:{port}" for port in (self._sentinel_tls_ports if self._tls else self.sentinel_ports)]
 
     def start(self) -> None:
         master = self._server("master", MASTER_ARGS)
+        master_port = self._announced_port(master)
         for index in range(self._replicas):
-            self._server(f"replica-{index}", (*MASTER_ARGS, "--replicaof", LOOPBACK, str(port_of(master))))
+            self._server(f"replica-{index}", (*MASTER_ARGS, "--replicaof", LOOPBACK, str(master_port)))
         for replica in self.servers[1:]:
             wait_linked(replica)
         for index in range(3):
-            self._start_sentinel(index, port_of(master))
+            self._start_sentinel(index, master_port)
         deadline = time.monotonic() + READY_TIMEOUT
-        while not self._sentinels_agree(port_of(master)):
+        while not self._sentinels_agree(master_port):
             if time.monotonic() > deadline:
                 raise AssertionError("the sentinels did not find each other and the replica in time")
             time.sleep(POLL)
@@ -138,7 +173,8 @@ class SentinelTopology:
         raise AssertionError("no sentinel answers")
 
     def server_at(self, address: Address) -> EmbeddedRedis:
-        return next(server for server in self.servers if port_of(server) == address[1])
+        """The server at ``address`` (as a sentinel names it)."""
+        return next(server for server in self.servers if port_of(server) == self._plain_port(address))
 
     def kill_master(self) -> Address:
         """SIGKILL the current master; returns its address."""
@@ -149,7 +185,7 @@ class SentinelTopology:
 
     def wait_for_failover(self, old: Address, timeout: float = READY_TIMEOUT * 2) -> Address:
         """The new master's address, once the sentinels name another server and it answers as master."""
-        return wait_for_new_master(self.current_master_address, old, timeout)
+        return wait_for_new_master(self.current_master_address, old, timeout, self._plain_port)
 
     def restart_killed(self, timeout: float = READY_TIMEOUT * 2) -> Address:
         """Start the killed master again, as systemd would, and return the master's address once it has every
@@ -162,19 +198,43 @@ class SentinelTopology:
         """
         assert self._killed is not None, "kill_master() first"
         self._killed.start()
+        return self.wait_for_replicas(self._replicas, timeout)
+
+    def wait_for_replicas(self, count: int, timeout: float = READY_TIMEOUT * 2) -> Address:
+        """The master's address (as the sentinels name it) once it has ``count`` streaming replicas."""
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(AssertionError, redis.RedisError):
                 address = self.current_master_address()
-                with loopback_client(address[1]) as master:
+                with loopback_client(self._plain_port(address)) as master:
                     info = master.info("replication")
                     online = [value for key, value in info.items()
                               if key.startswith("slave") and isinstance(value, dict) and value["state"] == "online"]
-                    if info.get("role") == "master" and len(online) >= self._replicas:
+                    if info.get("role") == "master" and len(online) >= count:
                         return address
             if time.monotonic() > deadline:
-                raise AssertionError(f"replication not restored within {timeout} s of the restart")
+                raise AssertionError(f"no master with {count} streaming replica(s) within {timeout} s")
             time.sleep(POLL)
+
+    def wait_for_sentinels_to_name(self, address: Address, timeout: float = READY_TIMEOUT) -> None:
+        """Return once every live sentinel names ``address`` the master (they learn a fail-over from its leader
+        within a second or two)."""
+        deadline = time.monotonic() + timeout
+        while not self._sentinels_agree(address[1]):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the sentinels do not all name {address} the master after {timeout} s")
+            time.sleep(POLL)
+
+    def pause_master(self) -> Address:
+        """SIGSTOP the current master (the sentinels take it for down, as if cut off); returns its address."""
+        address = self.current_master_address()
+        _signal(self.server_at(address), signal.SIGSTOP)
+        return address
+
+    def resume(self, address: Address) -> None:
+        """SIGCONT the server at ``address``: a paused master comes back still a master, until the sentinels
+        reach it and make it a replica of the one they elected meanwhile."""
+        _signal(self.server_at(address), signal.SIGCONT)
 
     def kill_sentinel(self, index: int) -> None:
         process = self._sentinels[index]
@@ -190,20 +250,40 @@ class SentinelTopology:
             server.kill()
 
     def _server(self, name: str, args: tuple[str, ...]) -> EmbeddedRedis:
+        tls_port = None
+        if self._tls is not None:
+            tls_port = free_port()
+            args = (*args, *(word for key, value in self._tls.directives(tls_port) for word in (f"--{key}", value)))
         server = EmbeddedRedis(self._root / name, port=0, appendfsync="always", extra_args=args)
         self.servers.append(server)
         server.start()
+        if tls_port:
+            self._plain_ports[tls_port] = port_of(server)
         return server
+
+    def _announced_port(self, server: EmbeddedRedis) -> int:
+        """The port the sentinels and replicas know ``server`` by."""
+        plain = port_of(server)
+        return next((tls for tls, port in self._plain_ports.items() if port == plain), plain)
+
+    def _plain_port(self, address: Address) -> int:
+        """The port this harness probes the server at ``address`` through."""
+        return self._plain_ports.get(address[1], address[1])
 
     def _start_sentinel(self, index: int, master_port: int) -> None:
         directory = self._root / f"sentinel-{index}"
         directory.mkdir()
         port = free_port()
+        tls_lines = ""
+        if self._tls:
+            tls_port = free_port()
+            self._sentinel_tls_ports.append(tls_port)
+            tls_lines = "".join(f"{key} {value}\n" for key, value in self._tls.directives(tls_port))
         config = directory / "sentinel.conf"
         config.write_text(
-            f"port {port}\nbind {LOOPBACK}\ndir {directory}\nlogfile {directory / 'sentinel.log'}\n"
+            f"port {port}\nbind {LOOPBACK}\ndir {directory}\nlogfile {directory / 'sentinel.log'}\n{tls_lines}"
             f"sentinel monitor {MASTER_NAME} {LOOPBACK} {master_port} {QUORUM}\n"
-            f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
+            f"sentinel down-after-milliseconds {MASTER_NAME} {self._down_after_ms}\n"
             f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
             f"sentinel parallel-syncs {MASTER_NAME} 1\n"
         )
@@ -231,15 +311,22 @@ class SentinelTopology:
         return True
 
 
-def wait_for_new_master(named: Callable[[], Address], old: Address, timeout: float) -> Address:
+def _signal(server: EmbeddedRedis, number: signal.Signals) -> None:
+    pid = server.pid
+    assert pid is not None, f"{server.url} does not run"
+    os.kill(pid, number)
+
+
+def wait_for_new_master(named: Callable[[], Address], old: Address, timeout: float,
+                        probe_port: Callable[[Address], int] = lambda address: address[1]) -> Address:
     """The address ``named`` gives once it is not ``old`` and the server there answers as a master (``named``
-    may raise AssertionError or a Redis error while nobody can tell)."""
+    may raise AssertionError or a Redis error while nobody can tell), asked on its plain ``probe_port``."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(AssertionError, redis.RedisError):
             address = named()
             if address != old:
-                with loopback_client(address[1]) as server:
+                with loopback_client(probe_port(address)) as server:
                     if server.role()[0] == "master":
                         return address
         if time.monotonic() > deadline:

@@ -142,18 +142,20 @@ class Ceiling:
     in C. The push daemon makes two such exchanges per record, its feeder's and Redis's."""
 
 
-def fsynced_round_trips(redis_url: str, count: int, connections: int = 1) -> Ceiling | None:
+def fsynced_round_trips(redis_url: str, count: int, connections: int = 1, pipeline: int = 1) -> Ceiling | None:
     """The ceiling for feeders that wait for each reply: writes/s of Redis's own C client (redis-benchmark),
-    ``connections`` connections, one SET at a time each, against the same server (AOF, fsync always). Every
-    acknowledged record needs one such write; None if redis-benchmark (Debian's redis-tools) is missing."""
+    ``connections`` connections, ``pipeline`` SETs in flight each (one by default), against the same server (AOF,
+    fsync always). Every acknowledged record needs one such write; None if redis-benchmark (Debian's redis-tools)
+    is missing."""
     executable = shutil.which("redis-benchmark")
     if executable is None:
         return None
     host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # Database 15 keeps its keys away from the queue's.
-    result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", str(connections), "-n",
-                             str(count), "-t", "set", "--csv"], check=True, capture_output=True, text=True)
+    result = subprocess.run([executable, "-h", host, "-p", port, "--dbnum", "15", "-c", str(connections), "-P",
+                             str(pipeline), "-n", str(count), "-t", "set", "--csv"],
+                            check=True, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / count * 1e6
     row = result.stdout.strip().splitlines()[-1].split(",")

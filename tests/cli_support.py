@@ -42,14 +42,20 @@ def config(tmp_path: Path, redis_url: str) -> Path:
     return write_config(tmp_path, redis_url)
 
 
-@pytest.fixture
-def cli(config: Path) -> Callable[..., Result]:
-    """``cli(*args, input=None)``: run dataq-cli in-process with the test settings; stdout and stderr apart."""
+def cli_with(config: Path) -> Callable[..., Result]:
+    """``run(*args, input=None)``: dataq-cli in-process with the settings file ``config``; stdout and stderr
+    apart."""
 
     def run(*args: str, input: str | bytes | None = None) -> Result:
         return CliRunner().invoke(main, ["--config", str(config), *args], input=input)
 
     return run
+
+
+@pytest.fixture
+def cli(config: Path) -> Callable[..., Result]:
+    """``cli(*args, input=None)``: run dataq-cli in-process with the test settings; stdout and stderr apart."""
+    return cli_with(config)
 
 
 def on_store(redis_url: str, work: Callable[[QueueStore], Awaitable[T]], queue: str = QUEUE) -> T:

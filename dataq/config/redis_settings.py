@@ -56,9 +56,11 @@ class RedisSettings(Section):
     url: str | None = None
     """``redis://``, ``rediss://`` or ``unix://`` URL; None (or "") runs an embedded redis-server."""
     ca_file: str | None = None
-    """CA bundle that verifies a ``rediss://`` server (None: the system's CAs)."""
+    """CA bundle that verifies a ``rediss://`` server, or the sentinels and servers of ``tls`` (None: the
+    system's CAs)."""
     cert_file: str | None = None
-    """Client certificate for a ``rediss://`` server that asks for one (with ``key_file``)."""
+    """Client certificate for a ``rediss://`` server (or ``tls`` sentinels and servers) that asks for one (with
+    ``key_file``)."""
     key_file: str | None = None
     """Private key of ``cert_file``."""
     socket_timeout: float = setting(5.0, gt=0)
@@ -77,6 +79,10 @@ class RedisSettings(Section):
     """User of the master and replicas found through the sentinels, if any (with ``url``, put it in the URL)."""
     password: str | None = None
     """Password of the master and replicas found through the sentinels, if any (with ``url``, in the URL)."""
+    tls: bool = False
+    """With sentinels: speak TLS to the sentinels and to the servers they name, verified with ``ca_file``
+    (``cert_file`` and ``key_file`` for servers that ask for a client certificate); with ``url``, ``rediss://``
+    says it."""
     min_replicas: int = setting(0, ge=0)
     """Replicas that must hold a write (push, ack, fail, range move) before it is acknowledged; 0: the master's."""
     replica_timeout: float = setting(1.0, gt=0)
@@ -103,10 +109,18 @@ class RedisSettings(Section):
                     parse_host_port(address)
                 except ValueError as exc:
                     raise Invalid("sentinels", f"key '{{key}}': {exc}") from None
+            if not self.tls:
+                for key in ("ca_file", "cert_file", "key_file"):
+                    if getattr(self, key) is not None:
+                        raise Invalid(key, "key '{key}' needs '{table}.tls = true' with sentinels (it applies to "
+                                      "TLS connections only)")
         else:
             for key in ("master_name", "sentinel_username", "sentinel_password", "username", "password"):
                 if getattr(self, key) is not None:
                     raise Invalid(key, "key '{key}' needs '{table}.sentinels'")
+            if self.tls:
+                raise Invalid("tls", "key '{key}' is for '{table}.sentinels': with '{table}.url', TLS is a "
+                              "rediss:// URL (the embedded redis-server speaks no TLS)")
             if self.min_replicas and self.url is None:
                 raise Invalid("min_replicas", "key '{key}' needs replicas: set '{table}.url' or "
                               "'{table}.sentinels' (the embedded redis-server has none)")

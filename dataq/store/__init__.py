@@ -56,7 +56,11 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         redis = settings.redis
         replication = Replication(redis.min_replicas, redis.replica_timeout)
         if url.startswith(f"{SENTINEL_SCHEME}://"):
-            base = client_options(socket_timeout=redis.socket_timeout)
+            base = client_options(tls=redis.tls, ca_file=redis.ca_file, cert_file=redis.cert_file,
+                                  key_file=redis.key_file, socket_timeout=redis.socket_timeout)
+            if redis.tls:
+                # redis-py picks its TLS connection classes (the sentinels' and the master's) by this flag.
+                base["ssl"] = True
             sentinel_options = {**base, "username": redis.sentinel_username, "password": redis.sentinel_password}
             options = {**base, "username": redis.username, "password": redis.password}
             client, sentinel = connect_sentinel(parse_sentinel_address(url), sentinel_options=sentinel_options,

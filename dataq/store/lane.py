@@ -17,6 +17,8 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.connection import AbstractConnection
 
+from dataq.store.replication import deposed
+
 
 class Lane:
     """Runs one command at a time per connection, on connections it keeps between calls."""
@@ -27,7 +29,7 @@ class Lane:
 
     async def execute(self, *args: Any) -> Any:
         """Send one command and return its reply; an error reply raises redis-py's exception for it."""
-        connection = self._idle.pop() if self._idle else await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        connection = await self._connection()
         try:
             # With its health check: a connection idle for longer than the interval is PINGed first, as the client
             # would, so a connection the network dropped meanwhile is replaced before a script is sent on it.
@@ -46,6 +48,15 @@ class Lane:
             raise
         self._idle.append(connection)
         return reply
+
+    async def _connection(self) -> AbstractConnection:
+        """A kept connection, else one of the pool's; never one to a master the sentinels have deposed."""
+        while self._idle:
+            connection = self._idle.pop()
+            if not deposed(self._pool, connection):
+                return connection
+            await self._drop(connection)
+        return await self._pool.get_connection()  # type: ignore[no-untyped-call,no-any-return]
 
     async def close(self) -> None:
         """Give every kept connection back to the pool."""

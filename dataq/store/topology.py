@@ -4,12 +4,14 @@ the Redis Cluster it is one shard of."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import redis.exceptions as rexc
 
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
+from dataq.store.replication import client_address, follow_elected_master, host_port_text
 from dataq.store.types import ClusterMember, ClusterStatus, Replica, ReplicationStatus
 
 SLOTS = 16384
@@ -34,6 +36,10 @@ class TopologyOps(StoreBase):
     @translated
     async def replication_status(self) -> ReplicationStatus:
         """The master (as the sentinels name it, or the URL's server), its replicas, and the sentinels."""
+        # The sentinels' choice now, not the one this client's connections were made to; the daemons ask every
+        # few seconds, so their connections also leave a deposed master that takes writes without replicas.
+        with contextlib.suppress(TimeoutError):  # sentinels that drop packets: the status says which
+            await asyncio.wait_for(follow_elected_master(self.client.connection_pool), SENTINEL_PROBE_TIMEOUT)
         info: dict[str, Any] = await self.r.info("replication")
         master_offset = int(info.get("master_repl_offset", 0))
         replicas = []
@@ -42,7 +48,7 @@ class TopologyOps(StoreBase):
             if not isinstance(entry, dict):
                 continue
             replicas.append(Replica(
-                address=_address(entry.get("ip"), entry.get("port")),
+                address=host_port_text(entry.get("ip"), entry.get("port")),
                 state=str(entry.get("state", "?")),
                 lag_bytes=max(0, master_offset - int(entry.get("offset", 0))),
                 lag_seconds=int(entry["lag"]) if "lag" in entry else None,
@@ -52,7 +58,7 @@ class TopologyOps(StoreBase):
             # A copy: redis-py reorders its list (the sentinel that answers goes first) while others use it.
             clients = list(self.sentinel.sentinels)
             answers = await asyncio.gather(*(_answers(client) for client in clients))
-            sentinels = {_address(*_host_port(client)): up for client, up in zip(clients, answers, strict=True)}
+            sentinels = {client_address(client): up for client, up in zip(clients, answers, strict=True)}
         cluster = None
         if self.cluster is not None:
             nodes = await self._lane.execute("CLUSTER", "NODES")
@@ -64,9 +70,9 @@ class TopologyOps(StoreBase):
         pool = self.client.connection_pool
         master = getattr(pool, "master_address", None)
         if master:
-            return _address(*master)
+            return host_port_text(*master)
         kwargs = pool.connection_kwargs
-        return str(kwargs["path"]) if "path" in kwargs else _address(kwargs.get("host"), kwargs.get("port"))
+        return str(kwargs["path"]) if "path" in kwargs else host_port_text(kwargs.get("host"), kwargs.get("port"))
 
 
 def parse_cluster_nodes(text: str, queue_slot: int) -> tuple[ClusterMember, ...]:
@@ -109,12 +115,3 @@ async def _answers(sentinel: Any) -> bool:
     except (rexc.RedisError, OSError, TimeoutError):
         return False
 
-
-def _host_port(client: Any) -> tuple[str, int]:
-    kwargs = client.connection_pool.connection_kwargs
-    return kwargs["host"], kwargs["port"]
-
-
-def _address(host: object, port: object) -> str:
-    text = str(host)
-    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"

@@ -8,63 +8,37 @@ sometimes fail over once more to it: see :meth:`SentinelTopology.restart_killed`
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
 from bench.ha_topology import SentinelTopology
 from dataq.actions.testing import marks
-from dataq.cli.console import main
-from dataq.config import RedisSettings, Settings
 from dataq.feed.client import Feeder
 from dataq.ops import daemon_ops
-from dataq.store import QueueStore, redis_address
+from dataq.store import QueueStore
+from tests.cli_support import cli_with
 from tests.helpers import make_records
 from tests.pop_support import pop_daemon, wait_until
-from tests.push_support import (
-    LOOPBACK,
-    QUEUE,
-    eventually,
-    every_record_pushed_and_active,
-    feed_across,
-    push_settings,
-    start_push,
+from tests.push_support import LOOPBACK, eventually, every_record_pushed_and_active, feed_across, start_push
+from tests.sentinel_support import (
+    fail_over,
+    ha_settings,
+    open_ha_store,
+    the_cli_pushes_and_shows_the_master_its_replica_and_every_sentinel,
+    write_ha_config,
 )
 
-FAILOVER_TIMEOUT = 60.0
 FEED_TIMEOUT = 180.0
-
-
-def ha_settings(topology: SentinelTopology, tmp_path: Path, *, min_replicas: int = 1, **queue: object) -> Settings:
-    settings = push_settings("redis://unused", tmp_path / "data")
-    redis = RedisSettings(sentinels=tuple(topology.sentinel_addresses), master_name=topology.master_name,
-                          min_replicas=min_replicas, replica_timeout=1.0, socket_timeout=2.0)
-    queues = {name: dataclasses.replace(q, **queue) for name, q in settings.queues.items()}  # type: ignore[arg-type]
-    return dataclasses.replace(settings, redis=redis, queues=queues)
 
 
 @pytest.fixture
 async def ha_store(sentinel_topology: SentinelTopology, tmp_path: Path) -> AsyncIterator[QueueStore]:
-    settings = ha_settings(sentinel_topology, tmp_path)
-    address = redis_address(settings)
-    assert address is not None
-    store = QueueStore.open(settings, address, QUEUE)
+    store = open_ha_store(ha_settings(sentinel_topology, tmp_path))
     yield store
     await store.close()
-
-
-async def fail_over(topology: SentinelTopology) -> None:
-    """Kill the master, wait for the sentinels to promote the replica, start the killed server again and wait
-    until the master has a streaming replica."""
-    old = topology.current_master_address()
-    topology.kill_master()
-    await asyncio.to_thread(topology.wait_for_failover, old, FAILOVER_TIMEOUT)
-    await asyncio.to_thread(topology.restart_killed)
 
 
 async def test_a_pipelined_feed_completes_across_a_master_kill_and_every_pushed_record_is_on_the_new_master(
@@ -106,38 +80,11 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
     assert set(ran) == {record.checksum for record in records}
 
 
-def cli(config: Path) -> Callable[..., Result]:
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(main, ["--config", str(config), *args])
-
-    return run
-
-
-def write_ha_config(topology: SentinelTopology, tmp_path: Path, min_replicas: int = 1) -> Path:
-    sentinels = ", ".join(f'"{address}"' for address in topology.sentinel_addresses)
-    path = tmp_path / "dataq.toml"
-    path.write_text(
-        f'data_dir = "{tmp_path / "data"}"\n'
-        f'[redis]\nsentinels = [{sentinels}]\nmaster_name = "{topology.master_name}"\n'
-        f"min_replicas = {min_replicas}\nsocket_timeout = 2.0\n"
-        f'[log]\ndir = "{tmp_path / "log"}"\n[queues.{QUEUE}]\n'
-    )
-    return path
-
-
 def test_the_cli_finds_the_master_through_the_sentinels_and_shows_replicas_and_sentinels(
     sentinel_topology: SentinelTopology, tmp_path: Path
 ) -> None:
-    run = cli(write_ha_config(sentinel_topology, tmp_path))
-    master = "{}:{}".format(*sentinel_topology.current_master_address())
-    pushed = run("--pushstr", "/data/a.fits 0123456789abcdef0123456789abcdef 10")
-    assert pushed.exit_code == 0, pushed.output
-    summary = run("--summary")
-    assert summary.exit_code == 0, summary.output
-    assert f"master:    {master}" in summary.output
-    assert "online" in summary.output
-    assert "sentinels: 3 of 3 answer" in summary.output
-    assert "active:    1" in summary.output
+    run = cli_with(write_ha_config(sentinel_topology, tmp_path))
+    the_cli_pushes_and_shows_the_master_its_replica_and_every_sentinel(run, sentinel_topology)
     info = run("--info")
     assert "role:" in info.output and "master" in info.output
     assert run("--health").exit_code in (0, 1)  # no daemon runs: unhealthy for that reason only
@@ -147,7 +94,7 @@ def test_the_cli_finds_the_master_through_the_sentinels_and_shows_replicas_and_s
 def test_health_fails_when_fewer_replicas_than_min_replicas_are_connected(
     sentinel_topology: SentinelTopology, tmp_path: Path
 ) -> None:
-    health = cli(write_ha_config(sentinel_topology, tmp_path, min_replicas=2))("--health")
+    health = cli_with(write_ha_config(sentinel_topology, tmp_path, min_replicas=2))("--health")
     assert health.exit_code == 1
     assert "only 1 replica(s) connected to the master" in health.output
     assert "min_replicas is 2" in health.output

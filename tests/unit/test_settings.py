@@ -509,6 +509,20 @@ replica_timeout = 0.5
         "dataq", "s3cret", 1, 0.5)
 
 
+def test_sentinels_with_tls_take_the_ca_and_client_certificate_of_rediss_urls(tmp_path: Path) -> None:
+    redis = load(tmp_path, """
+[redis]
+sentinels = ["10.0.0.1:26380"]
+master_name = "dataq"
+tls = true
+ca_file = "/etc/dataq/ca.pem"
+cert_file = "/etc/dataq/client.pem"
+key_file = "/etc/dataq/client.key"
+""").redis
+    assert (redis.tls, redis.ca_file, redis.cert_file, redis.key_file) == (
+        True, "/etc/dataq/ca.pem", "/etc/dataq/client.pem", "/etc/dataq/client.key")
+
+
 def test_min_replicas_works_with_a_plain_url(tmp_path: Path) -> None:
     redis = load(tmp_path, '[redis]\nurl = "redis://db:6379/0"\nmin_replicas = 2\n').redis
     assert (redis.url, redis.min_replicas, redis.sentinels) == ("redis://db:6379/0", 2, ())
@@ -527,6 +541,13 @@ def test_min_replicas_works_with_a_plain_url(tmp_path: Path) -> None:
         ("min_replicas = 1", "key 'redis.min_replicas' needs replicas: set 'redis.url' or 'redis.sentinels'"),
         ('url = "redis://x:1"\nmin_replicas = -1', "key 'redis.min_replicas' must be at least 0"),
         ('url = "redis://x:1"\nreplica_timeout = 0', "key 'redis.replica_timeout' must be greater than 0"),
+        ('url = "redis://x:1"\ntls = true', "key 'redis.tls' is for 'redis.sentinels': with 'redis.url', TLS is a "
+                                          "rediss:// URL"),
+        ("tls = true", "key 'redis.tls' is for 'redis.sentinels'"),
+        ('sentinels = ["a:1"]\nmaster_name = "m"\nca_file = "/etc/ssl/ca.pem"',
+         "key 'redis.ca_file' needs 'redis.tls = true' with sentinels"),
+        ('sentinels = ["a:1"]\nmaster_name = "m"\ncert_file = "c.pem"\nkey_file = "c.key"',
+         "key 'redis.cert_file' needs 'redis.tls = true' with sentinels"),
     ],
 )
 def test_high_availability_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
