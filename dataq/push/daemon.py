@@ -96,7 +96,8 @@ class PushDaemon:
         self.supervisor = Supervisor(stop)
         self.read_on = False
         self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self._set_read)
-        self._notice_seq = 0
+        self._read_switches = 0
+        """How many times ``read`` was switched here (by notice, poll or this daemon's own cut-off)."""
         self._started = time.time()
         self._listen = ""
 
@@ -162,6 +163,7 @@ class PushDaemon:
     # --- the read flag ------------------------------------------------------------------------------------
 
     def _set_read(self, on: bool, how: str) -> None:
+        self._read_switches += 1
         if on:
             self.cutoff.forget()
         if on != self.read_on or self.gate.blocks(BLOCK_STARTING):
@@ -179,16 +181,17 @@ class PushDaemon:
             await self._poll_flags("start")
             async for notice in notices:
                 if notice.startswith("flag:read:"):
-                    self._notice_seq += 1
                     self._set_read(notice.endswith(":on"), "notice")
         finally:
             await notices.aclose()
 
     async def _poll_flags(self, how: str) -> None:
-        seq = self._notice_seq
+        switches, saving = self._read_switches, self.cutoff.unsaved
         flags = await self.store.flags()
-        # A notice that arrived while this read was under way is newer than its answer.
-        if seq == self._notice_seq and not self.cutoff.unsaved:
+        # The answer may be older than what this daemon knows: a switch made while the read was under way (a
+        # notice, or this daemon's own cut-off, which forgets its reasons on a switch on), or a cut-off not yet in
+        # Redis when the read began (its write may land after the read, yet be acknowledged before the answer).
+        if switches == self._read_switches and not saving and not self.cutoff.unsaved:
             self._set_read(flags[Flag.READ], how)
 
     async def _after_batch(self, active_length: int) -> None:

@@ -46,6 +46,19 @@ class Running:
     claiming: asyncio.Task[None]
     settling: asyncio.Task[None]
 
+    async def started(self, action: Stubborn) -> None:
+        """Wait for ``action`` to run; if it does not, say what the claim loop is doing (a CI run once hung here
+        with nothing left to wake the test)."""
+        try:
+            async with asyncio.timeout(10):
+                await action.running.wait()
+        except TimeoutError:
+            claiming = self.claiming
+            ended = claiming.done() and (claiming.cancelled() or claiming.exception())
+            raise AssertionError(f"the action never started: claim loop ended={claiming.done()} ({ended!r}), "
+                                 f"free slots={self.worker.free_slots()}, "
+                                 f"postponing={self.worker.settler.postponing}") from None
+
     async def stop(self) -> None:
         self.worker.stop_claiming()
         await asyncio.wait_for(self.claiming, 10)
@@ -80,7 +93,7 @@ async def test_an_action_running_past_its_limit_makes_the_worker_unresponsive_un
     run = await running(store, queue, [action])
     worker = run.worker
     try:
-        await action.running.wait()
+        await run.started(action)
         assert worker.responsive()  # within its limit, and the claim loop waits for a free slot
         async with asyncio.timeout(10):
             while worker.responsive():  # the limit passes, the cancellation is ignored, the grace runs out
