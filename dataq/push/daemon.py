@@ -95,7 +95,7 @@ class PushDaemon:
         self.ops = DaemonOps(settings, queue.name, "push", self._totals, notifier=notifier)
         self.supervisor = Supervisor(stop)
         self.read_on = False
-        self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self._set_read)
+        self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self._set_read, lambda: self.read_on)
         self._read_switches = 0
         """How many times ``read`` was switched here (by notice, poll or this daemon's own cut-off)."""
         self._started = time.time()
@@ -195,7 +195,7 @@ class PushDaemon:
             self._set_read(flags[Flag.READ], how)
 
     async def _after_batch(self, active_length: int) -> None:
-        await self.cutoff.queue_length(active_length, self.read_on)
+        await self.cutoff.queue_length(active_length)
 
     # --- background loops ---------------------------------------------------------------------------------
 
@@ -213,12 +213,12 @@ class PushDaemon:
                 "refused": self.listener.refused, "reading": self.gate.open, "blocked_by": self.gate.blocked_by,
             }, ttl=push.heartbeat_ttl)
             await self._poll_flags("poll")
-            await self.cutoff.check(self.read_on)
+            await self.cutoff.check()
 
     async def _watch_memory(self) -> None:
         # A loop of its own: a Redis that refuses INFO (a managed one may) must not stop the heartbeats.
         async for _ in every(self.memory_interval, self.stop):
-            await self.cutoff.memory(self.read_on)
+            await self.cutoff.memory()
 
     async def _reap_idle(self) -> None:
         interval = min(REAP_INTERVAL_MAX, self.settings.push.idle_timeout / 2)
