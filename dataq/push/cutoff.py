@@ -43,9 +43,10 @@ class ReadCutoff:
         """The marks passed since this daemon turned ``read`` off (empty: it holds nothing off)."""
         self.unsaved = False
         """``read`` is off here, but Redis does not know yet (set_flag failed): retried at every check."""
-        self._saving = False
-        """A save of the cut-off is under way: a check does not send a second one (a second switch in the events
-        stream, a second notice to every daemon)."""
+        self._saves_under_way = 0
+        """Saves of the cut-off under way (two, should an operator's switch-on and a new mark come during one).
+        While there is one, a check does not send another (a second switch in the events stream, a second notice
+        to every daemon)."""
         self.used_memory: int | None = None
         """Redis's ``used_memory`` at the last memory check done (None before the first)."""
         self._warned_no_maxmemory = False
@@ -67,7 +68,7 @@ class ReadCutoff:
 
     async def check(self) -> None:
         """Every heartbeat: save a cut-off Redis missed; resume once the queue drained below ``resume_below``."""
-        if self.unsaved and not self._saving:
+        if self.unsaved and not self._saves_under_way:
             await self._save()
         resume_below = self.push.resume_below
         if QUEUE_FULL not in self.reasons or resume_below is None or not self._may_resume():
@@ -115,7 +116,7 @@ class ReadCutoff:
             await self._save()
 
     async def _save(self) -> None:
-        self._saving = True
+        self._saves_under_way += 1
         try:
             await self.store.set_flag(Flag.READ, False, who=AUTO_WHO)
         except StoreError as exc:
@@ -123,7 +124,7 @@ class ReadCutoff:
         else:
             self.unsaved = False
         finally:
-            self._saving = False
+            self._saves_under_way -= 1
 
     def _may_resume(self) -> bool:
         """Whether ``read`` is off here and in Redis: only then is there something of this daemon's to undo."""
@@ -138,8 +139,7 @@ class ReadCutoff:
         try:
             await self.store.set_flag(Flag.READ, True, who=AUTO_WHO)
         except BaseException:
-            if not self._read_on():  # still off in Redis, and still this daemon's: the next check tries again
-                self.reasons.add(reason)
+            self.reasons.add(reason)  # still off in Redis, and still this daemon's: the next check tries again
             raise
         self._set_read(True, "resumed")
         self.notifier.post(read_on_notice(self.queue.name, why))

@@ -202,3 +202,25 @@ async def test_a_heartbeat_during_the_cut_offs_save_does_not_save_it_twice(
     memory_answers(daemon, monkeypatch, 100)
     await daemon.cutoff.memory()
     assert writes == [False, True] and await read_in_redis(daemon) and daemon.read_on
+
+
+async def test_a_cut_off_redis_refused_is_saved_by_a_later_heartbeat(
+    daemon: PushDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusals = 2
+    set_flag = daemon.store.set_flag
+
+    async def refused_at_first(flag: Flag, on: bool, who: str = "cli") -> bool:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise StoreUnavailable("OOM command not allowed when used memory > 'maxmemory'")
+        return await set_flag(flag, on, who)
+
+    monkeypatch.setattr(daemon.store, "set_flag", refused_at_first)
+    await daemon.cutoff.queue_length(FULL)
+    await daemon.cutoff.check()  # refused again
+    assert await read_in_redis(daemon) and daemon.cutoff.unsaved
+    await daemon.cutoff.check()
+    assert not daemon.cutoff.unsaved
+    await cut_off_is_kept(daemon)
