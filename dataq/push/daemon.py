@@ -190,8 +190,9 @@ class PushDaemon:
         flags = await self.store.flags()
         # The answer may be older than what this daemon knows: a switch made while the read was under way (a
         # notice, or this daemon's own cut-off, which forgets its reasons on a switch on), or a cut-off not yet in
-        # Redis when the read began (its write may land after the read, yet be acknowledged before the answer).
-        if switches == self._read_switches and not saving and not self.cutoff.unsaved:
+        # Redis when the read began (its write may land after the read, yet be acknowledged before the answer). A
+        # cut-off begun during the read is such a switch.
+        if switches == self._read_switches and not saving:
             self._set_read(flags[Flag.READ], how)
 
     async def _after_batch(self, active_length: int) -> None:

@@ -61,6 +61,22 @@ def memory_answers(daemon: PushDaemon, monkeypatch: pytest.MonkeyPatch, used: in
     monkeypatch.setattr(daemon.store, "memory_usage", memory_usage)
 
 
+def flags_answers_held(daemon: PushDaemon, monkeypatch: pytest.MonkeyPatch, *, until: asyncio.Event,
+                       answered: asyncio.Event | None = None) -> asyncio.Event:
+    """The daemon's reads of the flags read Redis at once, but return their answer only once ``until`` is set;
+    returns ``answered`` (or a new event), set once one has read."""
+    read_flags, answered = daemon.store.flags, answered or asyncio.Event()
+
+    async def held() -> dict[Flag, bool]:
+        flags = await read_flags()
+        answered.set()
+        await until.wait()
+        return flags
+
+    monkeypatch.setattr(daemon.store, "flags", held)
+    return answered
+
+
 async def read_in_redis(daemon: PushDaemon) -> bool:
     return (await daemon.store.flags())[Flag.READ]
 
@@ -74,16 +90,8 @@ async def cut_off_is_kept(daemon: PushDaemon) -> None:
 async def test_an_answer_read_before_the_cut_off_and_returned_after_it_is_dropped(
     daemon: PushDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read_flags = daemon.store.flags
-    answered, let_it_return = asyncio.Event(), asyncio.Event()
-
-    async def flags_answered_early() -> dict[Flag, bool]:
-        flags = await read_flags()
-        answered.set()
-        await let_it_return.wait()
-        return flags
-
-    monkeypatch.setattr(daemon.store, "flags", flags_answered_early)
+    let_it_return = asyncio.Event()
+    answered = flags_answers_held(daemon, monkeypatch, until=let_it_return)
     poll = asyncio.create_task(daemon._poll_flags("poll"))
     await answered.wait()  # it read ``read on``
     monkeypatch.undo()
@@ -96,7 +104,7 @@ async def test_an_answer_read_before_the_cut_off_and_returned_after_it_is_droppe
 async def test_an_answer_read_while_the_cut_off_was_being_saved_is_dropped(
     daemon: PushDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read_flags, set_flag = daemon.store.flags, daemon.store.set_flag
+    set_flag = daemon.store.set_flag
     saving, answered, saved = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def set_flag_once_answered(flag: Flag, on: bool, who: str = "cli") -> bool:
@@ -107,16 +115,10 @@ async def test_an_answer_read_while_the_cut_off_was_being_saved_is_dropped(
         finally:
             saved.set()
 
-    async def flags_returned_after_the_save() -> dict[Flag, bool]:
-        flags = await read_flags()
-        answered.set()
-        await saved.wait()
-        return flags
-
     monkeypatch.setattr(daemon.store, "set_flag", set_flag_once_answered)
     cutting_off = asyncio.create_task(daemon.cutoff.queue_length(FULL))
     await saving.wait()  # reading is off here; Redis does not know yet
-    monkeypatch.setattr(daemon.store, "flags", flags_returned_after_the_save)
+    flags_answers_held(daemon, monkeypatch, until=saved, answered=answered)
     await daemon._poll_flags("poll")  # it read ``read on``, and returns once Redis acknowledged the cut-off
     await cutting_off
     monkeypatch.undo()
