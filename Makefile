@@ -55,7 +55,7 @@ test: install-test
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: install-test
-	$(BIN)/ruff check dataq cli actions tests bench
+	$(BIN)/ruff check dataq cli actions tests testbed bench
 	$(MAKE) --no-print-directory typecheck
 
 # mypy cannot follow setup.cfg's package_dir (cli/ -> dataq.cli, actions/ -> dataq.actions), so it checks a tree

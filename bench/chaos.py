@@ -1,5 +1,5 @@
 """The long chaos run: 100,000 records, at least 20 SIGKILLs of each kind (push daemon, a pop daemon,
-redis-server), then the accounting of bench/chaos_harness.py. Prints one table; exits 1 if anything was lost.
+redis-server), then the accounting of testbed/chaos.py. Prints one table; exits 1 if anything was lost.
 
 Rerun: ``.venv/bin/python bench/chaos.py`` (``--records N --kills K`` to change the size).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chaos_harness import ChaosPlan, ChaosRun
+from testbed.chaos import ChaosPlan, ChaosRun
 
 
 def main() -> int:

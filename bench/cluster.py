@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis
 
-from bench.cluster_topology import ClusterTopology, queue_on_master
 from bench.ha import cpu_jiffies
 from bench.pop import wait_for
 from bench.push import dataq_command, lines, machine, wait_for_port
@@ -51,6 +50,7 @@ from dataq.embedded.redis_server import EmbeddedRedis, free_port
 from dataq.feed.client import Feeder
 from dataq.keys import QueueKeys
 from dataq.store import Flag, QueueStore
+from testbed.cluster import ClusterTopology, queue_on_master
 
 QUEUE_COUNTS = (1, 2, 3)
 SETUPS = ("single", "cluster")

@@ -45,7 +45,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ha_topology import DOWN_AFTER_MS, SentinelTopology, port_of, start_replica_pair
 from bench.push import LOAD_BEFORE, dataq_command, fsynced_round_trips, lines, machine, push_daemon
 from bench.raw_writes import acknowledged_writes
 from dataq.actions.testing import marks
@@ -56,6 +55,7 @@ from dataq.feed.client import Feeder
 from dataq.protocol import Reply, ReplyKind
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore, redis_address
+from testbed.sentinel import DOWN_AFTER_MS, SentinelTopology, port_of, start_replica_pair
 
 QUEUE = "transfer"
 WINDOWS = (1, 100, 1_000, 10_000)

@@ -42,9 +42,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pop import RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
-from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.record import Record
 from dataq.store import Flag, QueueStore
+from testbed.rsync import RsyncDaemon
 
 SMALL_BYTES = 20_000
 LARGE_BYTES = 30_000_000
@@ -87,28 +88,6 @@ def timed(*commands: list[str]) -> float:
     for command in commands:
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started
-
-
-class RsyncDaemon:
-    """``rsync --daemon`` in the foreground on a free loopback port, one writable module."""
-
-    def __init__(self, workdir: Path, module: Path) -> None:
-        workdir.mkdir(parents=True)
-        module.mkdir(parents=True)
-        config = workdir / "rsyncd.conf"
-        config.write_text(f"pid file = {workdir / 'pid'}\nuse chroot = no\nuid = {os.getuid()}\n"
-                          f"gid = {os.getgid()}\nnumeric ids = yes\n[m]\n    path = {module}\n    read only = no\n")
-        self.port = free_port()
-        self.process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={config}",
-                                         f"--port={self.port}", f"--address={LOOPBACK}"])
-        time.sleep(0.3)
-
-    def url(self, path: str) -> str:
-        return f"rsync://{LOOPBACK}:{self.port}/m/{path}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
 
 
 def write_config(work: Path, url: str, queue: str, action: str, options: dict[str, str]) -> Path:
@@ -169,13 +148,14 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
     scenario.md5sum.append(await asyncio.to_thread(timed, ["md5sum", *(record.path for record in records)]))
     queue = f"{scenario.action}{round_no}{scenario.size}"
     if scenario.action == "network_move":
-        daemon = RsyncDaemon(work / "rsyncd", work / "module")
+        daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+        daemon.start()
         try:
             def tool() -> float:
-                return timed(["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("plain/")])
+                return timed(["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")])
 
             async def dataq() -> float:
-                return await through_dataq(url, work, queue, "network_move", {"destination": daemon.url("dq")},
+                return await through_dataq(url, work, queue, "network_move", {"destination": daemon.url("m", "dq")},
                                            records, concurrency)
 
             await _both(scenario, tool, dataq, round_no)

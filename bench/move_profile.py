@@ -28,11 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.move import LARGE_BYTES, RsyncDaemon, make_files, timed
+from bench.move import LARGE_BYTES, make_files, timed
 from dataq.actions import network_move
 from dataq.actions.network_move import NetworkMoveAction, NetworkMoveOptions
 from dataq.record import Record
-from tests.helpers import action_context
+from testbed.actions import action_context
+from testbed.rsync import RsyncDaemon
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -42,15 +43,16 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 async def timeline(work: Path, count: int, size: int) -> None:
-    daemon = RsyncDaemon(work / "rsyncd", work / "module")
+    daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+    daemon.start()
     try:
         records = make_files(work / "src", count, size)
         timed(["sync"])
         md5sum = timed(["md5sum", *(record.path for record in records)])
-        plain = timed(["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("plain/")])
+        plain = timed(["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")])
         timed(["sync"])  # the plain run's dirty pages would throttle the writes of the one timed next
         print(f"{count} files of {size:,} bytes; md5sum {md5sum:.2f} s, rsync -a --checksum {plain:.2f} s")
-        action = NetworkMoveAction(NetworkMoveOptions(destination=daemon.url("dq")),
+        action = NetworkMoveAction(NetworkMoveOptions(destination=daemon.url("m", "dq")),
                                    action_context(concurrency=count))
         await action.start()
         started = time.perf_counter()
@@ -87,7 +89,8 @@ async def timeline(work: Path, count: int, size: int) -> None:
 
 
 def calls(work: Path, count: int, size: int, rounds: int) -> None:
-    daemon = RsyncDaemon(work / "rsyncd", work / "module")
+    daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+    daemon.start()
     try:
         records = make_files(work / "src", count, size)
         tree, listing = work / "tree", work / "list"
@@ -107,7 +110,7 @@ def calls(work: Path, count: int, size: int, rounds: int) -> None:
         for round_no in range(rounds):
             for number, (name, argv) in enumerate(variants.items()):
                 timed(["sync"])
-                seconds[name].append(timed([*argv, daemon.url(f"{number}-{round_no}/")]))
+                seconds[name].append(timed([*argv, daemon.url("m", f"{number}-{round_no}")]))
         print(f"{count} files of {size:,} bytes, {rounds} rounds, median s: " +
               ", ".join(f"{name} {statistics.median(values):.2f}" for name, values in seconds.items()))
     finally:

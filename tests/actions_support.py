@@ -8,27 +8,19 @@ import contextlib
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dataq.embedded.redis_server import free_port
 from dataq.record import Record
 
 LOOPBACK = "127.0.0.1"
 PUSHED_AT = 1404777600.0
 """2014-07-08 00:00 UTC, so ``{date}`` renders as 20140708."""
 PUSHED_DATE = "20140708"
-DAEMON_START_TIMEOUT = 10.0
-DAEMON_STOP_TIMEOUT = 5.0
-DAEMON_START_ATTEMPTS = 3
-"""A free port may be taken between choosing it and rsync binding it; try another then."""
 TINY_FS_BYTES = 64 * 1024
-TRANSFER_LOG_PREFIX = "dataq-test-transfer"
 
 
 def md5(data: bytes) -> str:
@@ -46,98 +38,6 @@ def make_file(directory: Path, name: str, data: bytes, *, pushed_at: float | Non
 def hidden_leftovers(directory: Path) -> list[Path]:
     """Temporary files an interrupted copy could have left anywhere below ``directory``."""
     return [path for path in directory.rglob(".*") if path.is_file()]
-
-
-class RsyncDaemon:
-    """``rsync --daemon`` in the foreground on a free loopback port, one writable module per directory."""
-
-    def __init__(self, workdir: Path, modules: Mapping[str, Path]) -> None:
-        self.workdir = workdir
-        self.modules = dict(modules)
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def received(self) -> list[str]:
-        """The paths (as rsync names them, relative to the transfer's top) of every file received, in order."""
-        log = self.workdir / "rsyncd.log"
-        marker = f"{TRANSFER_LOG_PREFIX} recv "
-        text = log.read_text(errors="replace") if log.exists() else ""
-        return [line.split(marker, 1)[1] for line in text.splitlines() if marker in line]
-
-    def url(self, module: str, path: str = "") -> str:
-        return f"rsync://{LOOPBACK}:{self.port}/{module}/{path}".rstrip("/")
-
-    def _write_config(self) -> Path:
-        lines = [
-            f"pid file = {self.workdir / 'rsyncd.pid'}",
-            f"log file = {self.workdir / 'rsyncd.log'}",
-            "use chroot = no",
-            # As root the daemon would switch to "nobody", who cannot write the test's directories.
-            f"uid = {os.getuid()}",
-            f"gid = {os.getgid()}",
-            "numeric ids = yes",
-            # One "recv <module path>" line per file received, so a test can count arrivals.
-            "transfer logging = yes",
-            f"log format = {TRANSFER_LOG_PREFIX} %o %f",
-        ]
-        for name, path in self.modules.items():
-            path.mkdir(parents=True, exist_ok=True)
-            lines += [f"[{name}]", f"    path = {path}", "    read only = no", "    list = yes"]
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "rsyncd.conf"
-        config.write_text("\n".join(lines) + "\n")
-        return config
-
-    def start(self, port: int | None = None) -> None:
-        """Start listening, on ``port`` if given (a destination that comes back), else on a free port."""
-        rsync = shutil.which("rsync")
-        if rsync is None:
-            pytest.skip("rsync is not installed")
-        config = self._write_config()
-        for _ in range(1 if port else DAEMON_START_ATTEMPTS):
-            self.port = port or free_port()
-            self.process = subprocess.Popen(
-                [rsync, "--daemon", "--no-detach", f"--config={config}", f"--port={self.port}",
-                 f"--address={LOOPBACK}"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )
-            if self._await_listening():
-                return
-            self.stop()
-        log = (self.workdir / "rsyncd.log")
-        raise RuntimeError(f"rsync --daemon did not start: {log.read_text() if log.exists() else ''}")
-
-    def _await_listening(self) -> bool:
-        assert self.process is not None
-        deadline = time.monotonic() + DAEMON_START_TIMEOUT
-        while time.monotonic() < deadline and self.process.poll() is None:
-            with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, self.port), timeout=0.5):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(DAEMON_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
-
-
-@contextlib.contextmanager
-def rsync_daemon(workdir: Path, modules: Mapping[str, Path]) -> Iterator[RsyncDaemon]:
-    daemon = RsyncDaemon(workdir, modules)
-    daemon.start()
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
 
 
 @contextlib.contextmanager

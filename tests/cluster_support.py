@@ -1,4 +1,4 @@
-"""Redis Cluster fixtures (:mod:`bench.cluster_topology`): three masters on loopback, with a replica each when a
+"""Redis Cluster fixtures (:mod:`testbed.cluster`): three masters on loopback, with a replica each when a
 test kills one, and queue names that land on the master a test wants."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench.cluster_topology import SLOT_RANGES, ClusterTopology, queue_on_master
 from dataq.config import MetricsSettings, QueueSettings, RedisSettings, Settings
+from testbed.cluster import SLOT_RANGES, ClusterTopology, queue_on_master
 from tests.push_support import push_settings
 
 

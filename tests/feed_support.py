@@ -19,7 +19,8 @@ from dataq.feed.spool_status import SpoolStatus, read_spool_status
 from dataq.feed.spooled import Link, watch_and_forward
 from dataq.feed.watch import WatchOptions
 from dataq.store import QueueList, QueueStore
-from tests.push_support import WAIT_TIMEOUT, eventually
+from testbed.waits import eventually
+from tests.push_support import WAIT_TIMEOUT
 
 FAST = {"settle": 0.2}
 """A start scan that waits 0.2 s for files to settle (the tests write them before)."""

@@ -5,10 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-import fakeredis
-
-from dataq.actions import ActionContext
-from dataq.config import QueueSettings
 from dataq.record import Record
 from dataq.store import QueueStore
 
@@ -27,18 +23,6 @@ def make_records(count: int, start: int = 0) -> list[Record]:
         )
         for n in range(start, start + count)
     ]
-
-
-def fake_store(queue: str = "transfer") -> QueueStore:
-    """A store on fakeredis (with its Lua scripts), for pure unit tests: no server, nothing to close."""
-    return QueueStore(fakeredis.FakeAsyncRedis(decode_responses=True), queue)
-
-
-def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
-                   store: QueueStore | None = None) -> ActionContext:
-    """What a pop daemon gives its actions; by default leases of a store on fakeredis."""
-    queue = queue or QueueSettings("transfer")
-    return ActionContext(queue, concurrency, store or fake_store(queue.name))
 
 
 async def until_subscribed(store: QueueStore, channel: str, count: int = 1, timeout: float = 10.0) -> None:

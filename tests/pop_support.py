@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from dataq.ops.notices import Notice
 from dataq.pop.daemon import run_pop_daemon
 from dataq.record import Record
 from dataq.store import QueueStore
+from testbed.waits import eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "transfer"
@@ -166,33 +167,6 @@ def load(path: Path) -> Settings:
 # --- waiting -------------------------------------------------------------------------------------------------
 
 
-async def wait_until(
-    condition: Callable[[], Awaitable[bool]], *, timeout: float = WAIT_TIMEOUT, what: str = "condition"
-) -> None:
-    """Poll ``condition`` (tests only: production code waits on events) until true or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_for_value(
-    probe: Callable[[], Awaitable[object]], expected: object, *, timeout: float = WAIT_TIMEOUT, what: str = "value"
-) -> None:
-    """Poll ``probe`` until it returns ``expected``; the failure says what it returned last."""
-    last: list[object] = []
-
-    async def matches() -> bool:
-        last[:] = [await probe()]
-        return last[0] == expected
-
-    try:
-        await wait_until(matches, timeout=timeout, what=what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc} (expected {expected!r}, last got {last[0]!r})") from None
-
-
 async def counter(store: QueueStore, name: str) -> int:
     return (await store.counters()).get(name, 0)
 
@@ -286,7 +260,7 @@ class PopProcess:
             found[:] = [w.worker_id for w in await store.workers() if w.info.get("pid") == self.pid]
             return bool(found)
 
-        await wait_until(check, timeout=timeout, what=f"pop daemon {self.pid} to register")
+        await eventually(check, timeout=timeout, what=f"pop daemon {self.pid} to register")
         return found[0]
 
     def signal(self, signum: int) -> None:

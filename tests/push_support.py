@@ -27,6 +27,7 @@ from dataq.protocol import ReplyKind
 from dataq.push.daemon import run_push_daemon
 from dataq.record import Record, format_line
 from dataq.store import QueueList, QueueStore
+from testbed.waits import eventually
 
 QUEUE = "transfer"
 LOOPBACK = "127.0.0.1"
@@ -214,15 +215,6 @@ async def every_record_pushed_and_active(result: FeedResult, records: Sequence[R
     assert [reply.kind for reply in result.replies or []] == [ReplyKind.PUSHED] * len(records)
     tracked = {record.checksum for record in await store.list_records(QueueList.ACTIVE)}
     assert tracked == {record.checksum for record in records}
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = WAIT_TIMEOUT) -> None:
-    """Wait until ``check()`` holds (polled), or fail."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 async def stays_unanswered(client: LineClient, seconds: float) -> bool:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from bench.ha_topology import MASTER_ARGS, port_of, wait_caught_up, wait_linked
 from dataq.embedded.redis_server import EmbeddedRedis
+from testbed.sentinel import MASTER_ARGS, port_of, wait_caught_up, wait_linked
 from tests.conftest import MakeRedis
 
 

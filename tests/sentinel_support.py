@@ -1,4 +1,4 @@
-"""The Sentinel topology of :mod:`bench.ha_topology` as fixtures: a master, a replica, three sentinels; also
+"""The Sentinel topology of :mod:`testbed.sentinel` as fixtures: a master, a replica, three sentinels; also
 with TLS everywhere."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from bench.ha_topology import SentinelTopology, TlsFiles
 from dataq.config import RedisSettings, Settings
 from dataq.store import QueueStore, redis_address
+from testbed.sentinel import SentinelTopology, TlsFiles
 from tests.push_support import QUEUE, Certs, push_settings
 
 

@@ -16,8 +16,9 @@ from typing import Any
 from dataq.embedded.redis_server import free_port
 from dataq.record import format_line
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.helpers import make_records
-from tests.pop_support import counter, daemon_env, wait_until
+from tests.pop_support import counter, daemon_env
 from tests.pop_support import write_config as write_pop_config
 from tests.push_support import (
     WAIT_TIMEOUT,
@@ -88,7 +89,7 @@ async def test_dataq_pop_runs_with_the_2014_switches_and_logs_at_their_level(
             assert process.poll() is None, (tmp_path / "pop.stderr").read_text()
             return await counter(store, "done") == len(records)
 
-        await wait_until(all_done, what="the pop daemon to run both records")
+        await eventually(all_done, what="the pop daemon to run both records")
     # [log] level debug would log its start, each record and its stop; --loglevel WARNING leaves none of them.
     levels = {event["level"] for event in log_events(tmp_path / "log" / "pop.log")}
     assert levels <= {"warning", "error"}

@@ -15,8 +15,10 @@ from dataq.embedded.redis_server import free_port
 from dataq.feed.client import Feeder
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
-from tests.actions_support import LOOPBACK, RsyncDaemon, hidden_leftovers, make_file, md5, rsync_daemon
-from tests.pop_support import PopProcess, counter, processes, wait_for_value, write_tables
+from testbed.rsync import RsyncDaemon, rsync_daemon
+from testbed.waits import eventually_equal
+from tests.actions_support import LOOPBACK, hidden_leftovers, make_file, md5
+from tests.pop_support import PopProcess, counter, processes, write_tables
 from tests.push_support import push_process
 
 FILES = 1000
@@ -85,7 +87,7 @@ async def test_a_thousand_files_are_stored_moved_and_handed_on_exactly_once(redi
                 # (with a last window filled exactly, it may wait for the daemon to close the connection).
                 fed = await Feeder(LOOPBACK, ports[MOUNTAIN], window=FILES + 1).feed(records)
                 assert (fed.pushed, fed.errors) == (FILES, 0)
-                await wait_for_value(lambda: counter(mountain_queue, "done"), FILES, timeout=DONE_TIMEOUT,
+                await eventually_equal(lambda: counter(mountain_queue, "done"), FILES, timeout=DONE_TIMEOUT,
                                      what="every record done")
 
                 pop.signal(signal.SIGTERM)

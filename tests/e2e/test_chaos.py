@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos_harness import ChaosPlan, ChaosRun
+from testbed.chaos import ChaosPlan, ChaosRun
 
 
 @pytest.mark.timeout(300)

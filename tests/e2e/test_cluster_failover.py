@@ -17,21 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from bench.cluster_topology import ClusterTopology
 from dataq.actions.testing import marks
 from dataq.config import QueueSettings
 from dataq.embedded.redis_server import free_port
 from dataq.errors import StoreUnavailable
 from dataq.feed.client import Feeder
 from dataq.store import Flag, QueueStore
+from testbed.cluster import ClusterTopology
+from testbed.waits import eventually
 from tests.cluster_support import cluster_settings, queue_on_master
 from tests.helpers import make_records
-from tests.pop_support import daemon_env, pop_daemon, wait_until
+from tests.pop_support import daemon_env, pop_daemon
 from tests.push_support import (
     LOOPBACK,
     QUEUE,
     dataq_command,
-    eventually,
     every_record_pushed_and_active,
     feed_across,
 )
@@ -84,7 +84,7 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
         async def running() -> bool:
             return len(marks(marks_dir)) >= 50
 
-        await wait_until(running, what="records running")
+        await eventually(running, what="records running")
         await fail_over(replicated_cluster, queue_store)
 
         async def settled() -> bool:
@@ -94,7 +94,7 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
                 return False
             return summary.tracked - summary.inactive == 0
 
-        await wait_until(settled, timeout=FEED_TIMEOUT, what="every record done or inactive")
+        await eventually(settled, timeout=FEED_TIMEOUT, what="every record done or inactive")
     summary = await queue_store.summary()
     ran = marks(marks_dir)
     print(f"re-runs after the fail-over: {len(ran) - len(set(ran))} of {len(records)} records")
@@ -126,7 +126,7 @@ async def test_dataq_run_serves_a_queue_on_a_cluster_without_embedding_redis(
         async def drained() -> bool:
             return (await store.counters()).get("done", 0) >= 200
 
-        await wait_until(drained, timeout=30, what="200 records done")
+        await eventually(drained, timeout=30, what="200 records done")
         roles = sorted(str(worker.info["role"]) for worker in await store.workers())
         assert roles == ["pop", "push"]
     finally:

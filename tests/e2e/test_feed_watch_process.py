@@ -17,8 +17,9 @@ import pytest
 from dataq.embedded.redis_server import free_port
 from dataq.feed.spool_status import read_spool_status
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.feed_support import md5, queued, until_queued, write_file
-from tests.push_support import StartPush, dataq_command, eventually
+from tests.push_support import StartPush, dataq_command
 
 ENV = {"DATAQ_CONFIG": "", "PATH": "/usr/bin:/bin"}
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from dataq.actions.rsync import WORK_PREFIX
 from dataq.store import QueueStore
-from tests.actions_support import RsyncDaemon, make_file, md5, recording_rsync, rsync_daemon
-from tests.pop_support import PopProcess, counter, processes, wait_for_value, wait_until, write_tables
+from testbed.rsync import RsyncDaemon, rsync_daemon
+from testbed.waits import eventually, eventually_equal
+from tests.actions_support import make_file, md5, recording_rsync
+from tests.pop_support import PopProcess, counter, processes, write_tables
 
 FILES = 48
 FILE_BYTES = 128 * 1024
@@ -57,21 +59,21 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
             await store.push_batch(records, source="test")
             first = PopProcess(config)
             started.append(first)
-            await wait_until(lambda: asyncio.sleep(0, result=bool(daemon.received())), timeout=30.0,
+            await eventually(lambda: asyncio.sleep(0, result=bool(daemon.received())), timeout=30.0,
                              what="the first file of a batch to arrive")
             first.kill()
             before = set(daemon.received())
             assert len(before) < FILES, "killed in the middle, not at the end"
 
             started_rsyncs = [int(line.split()[0]) for line in calls.read_text().splitlines()]
-            await wait_until(lambda: asyncio.sleep(0, result=not any(map(running, started_rsyncs))),
+            await eventually(lambda: asyncio.sleep(0, result=not any(map(running, started_rsyncs))),
                              timeout=10.0, what="the killed daemon's rsync processes to die with it")
 
             left = glob.glob(os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{first.pid}-*"))
             assert left, "the killed daemon left the work directory of its batch"
             second = PopProcess(config)
             started.append(second)
-            await wait_for_value(lambda: counter(store, "done"), FILES, timeout=DONE_TIMEOUT,
+            await eventually_equal(lambda: counter(store, "done"), FILES, timeout=DONE_TIMEOUT,
                                  what="every record done")
             assert not any(map(os.path.exists, left)), "the next daemon removes what the killed one left"
             summary = await store.summary()

@@ -12,6 +12,7 @@ import pytest
 from dataq.errors import StoreUnavailable
 from dataq.record import Record
 from dataq.store import Flag, QueueList, QueueStore
+from testbed.waits import eventually, eventually_equal
 from tests.conftest import MakeRedis
 from tests.helpers import checksum_of, make_records, until_subscribed
 from tests.pop_support import (
@@ -22,8 +23,6 @@ from tests.pop_support import (
     executions,
     processes,
     runs_by_id,
-    wait_for_value,
-    wait_until,
     write_config,
 )
 
@@ -49,13 +48,13 @@ async def test_kill_9_mid_action_loses_nothing_and_the_records_run_again(
     with processes() as started:
         first = PopProcess(config)
         started.append(first)
-        await wait_for_value(lambda: marker_count(markers), 4, what="4 records running in the first daemon")
+        await eventually_equal(lambda: marker_count(markers), 4, what="4 records running in the first daemon")
         first.kill()
         assert (await store.summary()).in_flight == 4  # still held by the dead worker
         interrupted = set(executions(markers))
         second = PopProcess(config)
         started.append(second)
-        await wait_for_value(lambda: counter(store, "done"), 8, what="every record done")
+        await eventually_equal(lambda: counter(store, "done"), 8, what="every record done")
         second.signal(signal.SIGTERM)
         assert await second.wait() == 0
     runs = runs_by_id(markers)
@@ -80,7 +79,7 @@ async def test_many_daemons_on_one_queue_run_every_record_exactly_once(
             await child.registered(store)
         await until_subscribed(store, store.keys.notices, daemons)  # every daemon listening for notices
         await store.set_flag(Flag.ACTION, True)
-        await wait_for_value(lambda: counter(store, "done"), 400, what="every record done")
+        await eventually_equal(lambda: counter(store, "done"), 400, what="every record done")
         for child in started:
             child.signal(signal.SIGTERM)
         assert [await child.wait() for child in started] == [0] * daemons
@@ -113,7 +112,7 @@ async def test_a_poison_record_that_kills_its_daemons_goes_inactive_after_max_cr
 
     with processes() as started:
         started += [PopProcess(config), PopProcess(config)]
-        await wait_until(settled, what="the poison record inactive and the others done")
+        await eventually(settled, what="the poison record inactive and the others done")
     state = await store.record_state(poison.checksum)
     assert state is not None
     assert (state.where, state.crashes) == ("inactive", 2)
@@ -127,7 +126,7 @@ async def sigterm_with_4_running(config: Path, markers: Path) -> None:
     with processes() as started:
         daemon = PopProcess(config)
         started.append(daemon)
-        await wait_for_value(lambda: marker_count(markers), 4, what="4 records running")
+        await eventually_equal(lambda: marker_count(markers), 4, what="4 records running")
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait() == 0
 
@@ -169,7 +168,7 @@ async def test_action_off_while_the_daemon_waits_then_a_push_claims_nothing_unti
         await asyncio.sleep(1.5)  # the push woke it, and its poll interval has passed too
         assert (await counter(store, "claimed"), await marker_count(markers)) == (0, 0)
         await store.set_flag(Flag.ACTION, True)
-        await wait_for_value(lambda: counter(store, "done"), 5, what="the records done once action is on")
+        await eventually_equal(lambda: counter(store, "done"), 5, what="the records done once action is on")
 
 
 async def test_a_redis_restart_mid_run_pauses_the_daemon_and_loses_no_record(
@@ -184,12 +183,12 @@ async def test_a_redis_restart_mid_run_pauses_the_daemon_and_loses_no_record(
         with processes() as started:
             daemon = PopProcess(config)
             started.append(daemon)
-            await wait_until(lambda: _at_least(marker_count(markers), 20), what="20 records run")
+            await eventually(lambda: _at_least(marker_count(markers), 20), what="20 records run")
             server.stop()
             await asyncio.sleep(1.5)
             assert daemon.alive()
             server.start()
-            await wait_for_value(lambda: _done_or_none(store), 120, what="every record done after the restart")
+            await eventually_equal(lambda: _done_or_none(store), 120, what="every record done after the restart")
             daemon.signal(signal.SIGTERM)
             assert await daemon.wait() == 0
         # Its own sweeper spares it (the outage expired its heartbeat), a lost claim or ack reply is recovered:

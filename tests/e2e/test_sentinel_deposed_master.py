@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.ha_topology import Address, SentinelTopology
 from dataq.errors import NotReplicated
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
+from testbed.sentinel import Address, SentinelTopology
 from tests.helpers import make_records
 from tests.push_support import QUEUE
 from tests.sentinel_support import FAILOVER_TIMEOUT, ha_settings, open_ha_store

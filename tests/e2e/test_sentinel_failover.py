@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from bench.ha_topology import SentinelTopology
 from dataq.actions.testing import marks
 from dataq.feed.client import Feeder
 from dataq.ops import daemon_ops
 from dataq.store import QueueStore
+from testbed.sentinel import SentinelTopology
+from testbed.waits import eventually
 from tests.cli_support import cli_with
 from tests.helpers import make_records
-from tests.pop_support import pop_daemon, wait_until
-from tests.push_support import LOOPBACK, eventually, every_record_pushed_and_active, feed_across, start_push
+from tests.pop_support import pop_daemon
+from tests.push_support import LOOPBACK, every_record_pushed_and_active, feed_across, start_push
 from tests.sentinel_support import (
     fail_over,
     ha_settings,
@@ -64,14 +65,14 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
         async def running() -> bool:
             return len(marks(marks_dir)) >= 50
 
-        await wait_until(running, what="records running")
+        await eventually(running, what="records running")
         await fail_over(sentinel_topology)
 
         async def settled() -> bool:
             summary = await ha_store.summary()
             return summary.tracked - summary.inactive == 0
 
-        await wait_until(settled, timeout=FEED_TIMEOUT, what="every record done or inactive")
+        await eventually(settled, timeout=FEED_TIMEOUT, what="every record done or inactive")
     summary = await ha_store.summary()
     ran = marks(marks_dir)
     reruns = len(ran) - len(set(ran))

@@ -1,7 +1,7 @@
 """Redis Sentinel over TLS: sentinels and servers that answer clients with TLS only, verified against the
 operator's CA, with a client certificate (``[redis] tls = true``, ``ca_file``, ``cert_file``, ``key_file``).
 
-Real processes on loopback (:class:`bench.ha_topology.SentinelTopology` with TLS): the servers replicate and the
+Real processes on loopback (:class:`testbed.sentinel.SentinelTopology` with TLS): the servers replicate and the
 sentinels probe, vote and hand out addresses over TLS too, so dataq sees nothing but TLS ports.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.ha_topology import SentinelTopology
 from dataq.errors import StoreUnavailable
+from testbed.sentinel import SentinelTopology
 from tests.cli_support import cli_with
 from tests.helpers import make_records
 from tests.push_support import Certs, every_record_pushed_and_active, feed_across

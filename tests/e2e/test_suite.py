@@ -20,8 +20,9 @@ from dataq.embedded.redis_server import find_running, free_port
 from dataq.feed.client import Feeder
 from dataq.runtime.systemd import path_instance
 from dataq.store import Flag, QueueStore
+from testbed.waits import eventually
 from tests.helpers import make_records
-from tests.pop_support import daemon_env, wait_until
+from tests.pop_support import daemon_env
 
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
 
@@ -47,7 +48,7 @@ async def summary_when(store: QueueStore, done: int) -> None:
         counters = await store.counters()
         return counters.get("done", 0) >= done
 
-    await wait_until(drained, timeout=30, what=f"{done} records done")
+    await eventually(drained, timeout=30, what=f"{done} records done")
 
 
 def stop_suite(suite: subprocess.Popen[bytes], signum: int, data_dir: Path) -> bytes:
@@ -76,7 +77,7 @@ async def test_dataq_run_owns_redis_runs_the_daemons_restarts_a_dead_one_and_sto
         url_box[:] = [url] if url else []
         return url is not None
 
-    await wait_until(redis_up, timeout=30, what="the embedded redis-server")
+    await eventually(redis_up, timeout=30, what="the embedded redis-server")
     store = QueueStore.from_url(url_box[0], "transfer")
     try:
         result = await Feeder("127.0.0.1", port, window=50, retry_for=30).feed(make_records(200))
@@ -90,7 +91,7 @@ async def test_dataq_run_owns_redis_runs_the_daemons_restarts_a_dead_one_and_sto
             pops = [w for w in await store.workers() if w.info["role"] == "pop" and w.heartbeat is not None]
             return any(w.worker_id != pop.worker_id for w in pops)
 
-        await wait_until(replaced, timeout=30, what="the runner to restart the killed pop daemon")
+        await eventually(replaced, timeout=30, what="the runner to restart the killed pop daemon")
         result = await Feeder("127.0.0.1", port, window=50).feed(make_records(50, start=1000))
         assert result.pushed == 50
         await summary_when(store, 250)
@@ -152,7 +153,7 @@ async def test_daemons_tell_the_service_manager_they_are_ready_and_count_their_w
         # The queue's gauges come from a cache the daemon refreshes every second, not from the scrape.
         return scrape(urls["pop"])['dataq_queue_length{list="tracked",queue="transfer"}'] == 0
 
-    await wait_until(pop_metrics_caught_up, timeout=10, what="the pop daemon's gauges to show an empty queue")
+    await eventually(pop_metrics_caught_up, timeout=10, what="the pop daemon's gauges to show an empty queue")
     pop = scrape(urls["pop"])
     assert pop['dataq_records_done_total{queue="transfer"}'] == 120
     assert pop['dataq_action_duration_seconds_count{action="echo",queue="transfer"}'] == 120
@@ -201,7 +202,7 @@ async def test_dataq_run_feeds_the_files_of_each_watched_directory(
         url = find_running(tmp_path / "data")
         return url is not None
 
-    await wait_until(redis_up, timeout=30, what="the embedded redis-server")
+    await eventually(redis_up, timeout=30, what="the embedded redis-server")
     assert url is not None
     store = QueueStore.from_url(url, "transfer")
     try:

@@ -32,9 +32,10 @@ from dataq.feed.client import Feeder
 from dataq.record import Record
 from dataq.runtime.signals import FORCED_EXIT_STATUS
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.e2e.test_suite import DATAQ, stop_suite, suite_config, summary_when
 from tests.helpers import make_records
-from tests.pop_support import daemon_env, wait_until
+from tests.pop_support import daemon_env
 
 GONE_TIMEOUT = 60.0
 """Seconds a process gets to be gone. Generous: a SIGTERMed pop daemon whose Redis went away at the same moment
@@ -228,7 +229,7 @@ async def all_gone(processes: Sequence[Started], what: str) -> None:
         return all(process.gone() for process in processes)
 
     try:
-        await wait_until(gone, timeout=GONE_TIMEOUT, what=what)
+        await eventually(gone, timeout=GONE_TIMEOUT, what=what)
     except AssertionError as exc:
         alive = ", ".join(str(process) for process in processes if not process.gone())
         raise AssertionError(f"{exc}; still running: {alive}") from None
@@ -238,7 +239,7 @@ async def exited(suite: subprocess.Popen[bytes]) -> int:
     async def done() -> bool:
         return suite.poll() is not None
 
-    await wait_until(done, timeout=GONE_TIMEOUT, what=f"dataq run (pid {suite.pid}) to exit")
+    await eventually(done, timeout=GONE_TIMEOUT, what=f"dataq run (pid {suite.pid}) to exit")
     assert suite.returncode is not None
     return suite.returncode
 
@@ -276,7 +277,7 @@ async def serving(launched: Launched, suite: subprocess.Popen[bytes], data_dir: 
         url_box[:] = [url] if url else []
         return url is not None
 
-    await wait_until(redis_up, timeout=START_TIMEOUT, what="the embedded redis-server")
+    await eventually(redis_up, timeout=START_TIMEOUT, what="the embedded redis-server")
     redis = launched.track("redis-server", int(lock_info(data_dir)["pid"]))
     daemons: dict[str, int] = {}
     store = QueueStore.from_url(url_box[0], "transfer")
@@ -291,7 +292,7 @@ async def serving(launched: Launched, suite: subprocess.Popen[bytes], data_dir: 
                     daemons[str(worker.info["role"])] = pid
             return set(daemons) == {"push", "pop"}
 
-        await wait_until(registered, timeout=START_TIMEOUT, what="the push and pop daemons of dataq run")
+        await eventually(registered, timeout=START_TIMEOUT, what="the push and pop daemons of dataq run")
     finally:
         await store.close()
     return Suite(suite, url_box[0], redis, launched.track("push daemon", daemons["push"]),
@@ -395,7 +396,7 @@ async def test_a_second_stop_signal_kills_the_daemons_and_stops_redis_server_bef
     async def pop_busy() -> bool:
         return any(name.startswith("started-") for name in os.listdir(held))
 
-    await wait_until(pop_busy, timeout=START_TIMEOUT, what="the pop daemon to run a held record")
+    await eventually(pop_busy, timeout=START_TIMEOUT, what="the pop daemon to run a held record")
 
     children = the_children_at_the_end(launched, first)
     # As `timeout` or a terminal may deliver them: one to the process group, then one to the runner itself.

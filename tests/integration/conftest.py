@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.actions_support import RsyncDaemon, rsync_daemon
+from testbed.rsync import RsyncDaemon, rsync_daemon
 
 
 @pytest.fixture

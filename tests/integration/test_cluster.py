@@ -17,7 +17,6 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from bench.cluster_topology import ClusterTopology
 from dataq.actions.testing import marks
 from dataq.cli.console import main
 from dataq.config import QueueSettings
@@ -28,10 +27,11 @@ from dataq.pop.daemon import run_pop_daemon
 from dataq.push.daemon import run_push_daemon
 from dataq.store import Flag, QueueList, QueueStore, RetryPolicy
 from dataq.store.connection import SCRIPT_NAMES
+from testbed.cluster import ClusterTopology
+from testbed.waits import eventually
 from tests.cluster_support import cluster_settings, queue_on_master, queues_on_each_master
 from tests.helpers import make_records
-from tests.pop_support import wait_until
-from tests.push_support import LOOPBACK, STARTUP_TIMEOUT, eventually
+from tests.push_support import LOOPBACK, STARTUP_TIMEOUT
 
 WORKER = "host-1:100:a"
 
@@ -79,7 +79,7 @@ async def test_three_queues_on_three_masters_are_fed_and_drained_each_on_its_own
         async def drained() -> bool:
             return all(len(marks(dirs[q])) >= 300 for q in queues)
 
-        await wait_until(drained, timeout=60, what="every queue drained")
+        await eventually(drained, timeout=60, what="every queue drained")
     finally:
         stop.set()
         assert await asyncio.wait_for(asyncio.gather(*daemons), 30) == [0] * 6

@@ -18,9 +18,10 @@ from dataq.pop.settler import Settler
 from dataq.push import daemon as push_daemon_module
 from dataq.push.committer import Committer
 from dataq.store import QueueStore
+from testbed.waits import eventually_equal
 from tests.conftest import MakeRedis
 from tests.helpers import make_records
-from tests.pop_support import MARKER, executions, load, pop_daemon, wait_for_value, write_config
+from tests.pop_support import MARKER, executions, load, pop_daemon, write_config
 from tests.push_support import LineClient, push_settings, start_push
 
 WAIT = 10.0
@@ -59,7 +60,7 @@ async def test_a_pop_daemon_whose_settler_fails_stops_with_status_1_and_the_reco
         await store.push_batch([record], source="t")
         assert await asyncio.wait_for(daemon.task, WAIT) == 1
     assert executions(markers) == [record.id]
-    await wait_for_value(lambda: _where(store, record.id), "active", what="the record back in the queue")
+    await eventually_equal(lambda: _where(store, record.id), "active", what="the record back in the queue")
 
 
 async def _where(store: QueueStore, record_id: str) -> str | None:

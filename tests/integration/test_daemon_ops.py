@@ -11,8 +11,9 @@ from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import KIND_REDIS_BACK, KIND_REDIS_DOWN
 from dataq.runtime.supervise import Supervisor
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.conftest import MakeRedis
-from tests.pop_support import RecordingNotifier, wait_until
+from tests.pop_support import RecordingNotifier
 
 
 async def test_an_outage_longer_than_the_threshold_is_noticed_then_its_end_counted_as_a_reconnect(
@@ -32,9 +33,9 @@ async def test_an_outage_longer_than_the_threshold_is_noticed_then_its_end_count
         async def noticed(kind: str) -> bool:
             return any(notice.kind == kind for notice in recorder.notices)
 
-        await wait_until(lambda: noticed(KIND_REDIS_DOWN), timeout=10, what="the redis-down notice")
+        await eventually(lambda: noticed(KIND_REDIS_DOWN), timeout=10, what="the redis-down notice")
         server.start()
-        await wait_until(lambda: noticed(KIND_REDIS_BACK), timeout=10, what="the redis-back notice")
+        await eventually(lambda: noticed(KIND_REDIS_BACK), timeout=10, what="the redis-back notice")
         assert b'dataq_redis_reconnects_total{queue="transfer"} 1.0' in generate_latest(ops.metrics.registry)
     finally:
         stop.set()

@@ -26,8 +26,8 @@ from dataq.checksum import Aborted
 from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
+from testbed.actions import action_context
 from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, tiny_filesystem
-from tests.helpers import action_context
 
 DATA = b"night sky " * 1000
 

@@ -16,8 +16,9 @@ from dataq.embedded.redis_server import free_port
 from dataq.feed.client import client_tls_context
 from dataq.feed.watch import Watcher, WatchError, WatchOptions
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.feed_support import StartFeeder, md5, queued, until_queued, until_spool_empty, write_file
-from tests.push_support import LOOPBACK, Certs, StartPush, eventually
+from tests.push_support import LOOPBACK, Certs, StartPush
 
 
 async def test_a_file_closed_after_writing_is_pushed_with_its_checksum(

@@ -21,16 +21,16 @@ from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
+from testbed.actions import action_context
+from testbed.rsync import RsyncDaemon
 from tests.actions_support import (
     LOOPBACK,
-    RsyncDaemon,
     corrupting_rsync,
     hidden_leftovers,
     make_file,
     md5,
     recording_rsync,
 )
-from tests.helpers import action_context
 from tests.push_support import QUEUE, push_settings, start_push
 
 BATCH = 8

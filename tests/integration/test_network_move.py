@@ -21,18 +21,19 @@ from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.feed.spool_status import read_spool_status
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
+from testbed.actions import action_context
+from testbed.rsync import RsyncDaemon
+from testbed.waits import eventually
 from tests.actions_support import (
     LOOPBACK,
     PUSHED_DATE,
-    RsyncDaemon,
     SilentServer,
     corrupting_rsync,
     fake_ssh,
     make_file,
     md5,
 )
-from tests.helpers import action_context
-from tests.push_support import QUEUE, Certs, RunningPush, eventually, push_settings, start_push
+from tests.push_support import QUEUE, Certs, RunningPush, push_settings, start_push
 
 DATA = b"dome flat " * 5000
 KILLED_WITHIN = 5.0

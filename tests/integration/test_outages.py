@@ -19,15 +19,15 @@ from dataq.errors import Permanent, Retryable
 from dataq.ops.notices import KIND_REACHABLE, KIND_UNREACHABLE
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
-from tests.actions_support import LOOPBACK, PUSHED_DATE, RsyncDaemon, make_file
+from testbed.rsync import RsyncDaemon
+from testbed.waits import eventually, eventually_equal
+from tests.actions_support import LOOPBACK, PUSHED_DATE, make_file
 from tests.pop_support import (
     RecordingNotifier,
     counter,
     executions,
     load,
     pop_daemon,
-    wait_for_value,
-    wait_until,
     write_config,
 )
 
@@ -93,7 +93,7 @@ async def test_an_rsync_daemon_down_for_longer_than_the_retries_would_last_sends
     notifier = RecordingNotifier()
     rsyncd = RsyncDaemon(tmp_path / "rsyncd", {VALLEY: valley})
     async with pop_daemon(load(config), notifier=notifier):
-        await wait_until(lambda: probes_failed(store, 4), what="four failed probes: max_errors=1 would be long spent")
+        await eventually(lambda: probes_failed(store, 4), what="four failed probes: max_errors=1 would be long spent")
         document = await summary_of(config)
         (outage,) = document["unreachable"]
         assert outage["destination"] == destination and outage["waiting"] == 5
@@ -103,7 +103,7 @@ async def test_an_rsync_daemon_down_for_longer_than_the_retries_would_last_sends
         assert all(state and state.errors == 0 for state in [await store.record_state(r.id) for r in records])
         rsyncd.start(port)
         try:
-            await wait_for_value(lambda: counter(store, "done"), 5, what="every file sent once the daemon is up")
+            await eventually_equal(lambda: counter(store, "done"), 5, what="every file sent once the daemon is up")
         finally:
             rsyncd.stop()
         assert (await summary_of(config))["unreachable"] == []
@@ -129,8 +129,8 @@ async def test_a_missing_source_file_still_ends_inactive_after_max_errors_with_i
         config = write_config(tmp_path, redis_url, actions=["network_move"], queue={"max_errors": 2},
                               options={"network_move": {"destination": rsyncd.url(VALLEY)}}, pop=FAST_PROBES)
         async with pop_daemon(load(config)):
-            await wait_for_value(lambda: counter(store, "done"), 1, what="the present file sent")
-            await wait_for_value(lambda: counter(store, "deactivated"), 1, what="the missing file given up")
+            await eventually_equal(lambda: counter(store, "done"), 1, what="the present file sent")
+            await eventually_equal(lambda: counter(store, "deactivated"), 1, what="the missing file given up")
     finally:
         rsyncd.stop()
     state = await store.record_state(missing.id)
@@ -157,14 +157,15 @@ async def test_a_permanent_failure_is_counted_at_once_while_the_destination_is_d
                           options={"tests.integration.test_outages:OutageAction": {
                               "dir": str(marks), "down": str(down), "bad": [bad.id]}})
     async with pop_daemon(load(config)):
-        await wait_until(lambda: probes_failed(store, 2), what="the destination probed twice")
+        await eventually(lambda: probes_failed(store, 2), what="the destination probed twice")
         assert [r.id for r in await store.list_records(QueueList.INACTIVE)] == [bad.id]
         assert [r.id for r in await store.list_records(QueueList.ACTIVE)] == [good.id]
         good_state = await store.record_state(good.id)
         assert good_state is not None and (good_state.errors, good_state.last_error) == (
             0, "outage: connection refused")
         down.unlink()
-        await wait_for_value(lambda: counter(store, "done"), 1, what="the good record done once the destination is up")
+        await eventually_equal(lambda: counter(store, "done"), 1,
+                               what="the good record done once the destination is up")
     assert executions(marks).count(bad.id) == 1
 
 
@@ -179,9 +180,9 @@ async def test_records_keep_their_order_through_an_outage(store: QueueStore, red
                           options={"tests.integration.test_outages:OutageAction": {
                               "dir": str(marks), "down": str(down)}})
     async with pop_daemon(load(config)):
-        await wait_until(lambda: probes_failed(store, 2), what="the destination probed twice")
+        await eventually(lambda: probes_failed(store, 2), what="the destination probed twice")
         down.unlink()
-        await wait_for_value(lambda: counter(store, "done"), 6, what="every record done")
+        await eventually_equal(lambda: counter(store, "done"), 6, what="every record done")
     finished = [record_id for record_id in executions(marks)]
     last_runs = sorted(set(finished), key=lambda record_id: len(finished) - finished[::-1].index(record_id))
     assert last_runs == [r.id for r in records], "records finish in the order they were pushed"

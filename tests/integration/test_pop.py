@@ -13,7 +13,9 @@ from dataq.config import Settings
 from dataq.errors import StoreUnavailable
 from dataq.pop.daemon import PopDaemon
 from dataq.store import Claim, Flag, QueueList, QueueStore, RecordState, connect
-from tests.helpers import action_context, make_records, until_subscribed
+from testbed.actions import action_context
+from testbed.waits import eventually, eventually_equal
+from tests.helpers import make_records, until_subscribed
 from tests.pop_support import (
     FAIL_SOME,
     MARKER,
@@ -25,8 +27,6 @@ from tests.pop_support import (
     load,
     pop_daemon,
     runs_by_id,
-    wait_for_value,
-    wait_until,
     write_config,
 )
 
@@ -52,7 +52,7 @@ async def test_every_record_is_run_once_and_acknowledged(store: QueueStore, redi
     await store.push_batch(records, source="t")
     settings = settings_for(tmp_path, redis_url, actions=[MARKER], options={MARKER: {"dir": str(markers)}})
     async with pop_daemon(settings) as daemon:
-        await wait_for_value(lambda: counter(store, "done"), 30, what="30 records done")
+        await eventually_equal(lambda: counter(store, "done"), 30, what="30 records done")
         assert await daemon.shut_down() == 0
     assert sorted(executions(markers)) == sorted(r.checksum for r in records)
     summary = await store.summary()
@@ -73,7 +73,7 @@ async def test_records_run_oldest_first_and_a_failed_one_goes_to_the_back(
         options={FAIL_SOME: {"dir": str(markers), "ids": [a.checksum]}},
     )
     async with pop_daemon(settings, concurrency=1):
-        await wait_for_value(lambda: _length(store, QueueList.INACTIVE), 1, what="a to go inactive")
+        await eventually_equal(lambda: _length(store, QueueList.INACTIVE), 1, what="a to go inactive")
     assert executions(markers) == [a.checksum, b.checksum, c.checksum, a.checksum]
 
 
@@ -86,8 +86,8 @@ async def test_a_failing_record_is_retried_up_to_max_errors_then_goes_inactive_w
                             options={"fail": {"message": "remote host down"}})
     notifier = RecordingNotifier()
     async with pop_daemon(settings, notifier=notifier):
-        await wait_for_value(lambda: _length(store, QueueList.INACTIVE), 1, what="the record to go inactive")
-        await wait_for_value(lambda: _count(notifier.notices), 1, what="the notice")
+        await eventually_equal(lambda: _length(store, QueueList.INACTIVE), 1, what="the record to go inactive")
+        await eventually_equal(lambda: _count(notifier.notices), 1, what="the notice")
     found = await state(store, record.checksum)
     assert (found.where, found.errors, found.last_error) == ("inactive", 3, "fail: remote host down")
     assert await counter(store, "failed") == 3
@@ -102,7 +102,7 @@ async def test_max_errors_zero_means_no_retry(store: QueueStore, redis_url: str,
     await store.push_batch(records, source="t")
     settings = settings_for(tmp_path, redis_url, actions=["fail"], queue={"max_errors": 0})
     async with pop_daemon(settings):
-        await wait_for_value(lambda: _length(store, QueueList.INACTIVE), 3, what="3 records inactive")
+        await eventually_equal(lambda: _length(store, QueueList.INACTIVE), 3, what="3 records inactive")
         assert await counter(store, "failed") == 3
     assert [(await state(store, r.checksum)).errors for r in records] == [1, 1, 1]
 
@@ -114,8 +114,8 @@ async def test_a_retry_delay_holds_a_failed_record_back_until_it_is_due(
     await store.push_batch([record], source="t")
     settings = settings_for(tmp_path, redis_url, actions=["fail"], queue={"max_errors": 1, "retry_delay": 0.5})
     async with pop_daemon(settings):
-        await wait_until(lambda: _where(store, record.checksum, "delayed"), what="the record to be delayed")
-        await wait_until(lambda: _where(store, record.checksum, "inactive"), what="the retry, then inactive")
+        await eventually(lambda: _where(store, record.checksum, "delayed"), what="the record to be delayed")
+        await eventually(lambda: _where(store, record.checksum, "inactive"), what="the retry, then inactive")
     assert (await state(store, record.checksum)).errors == 2
 
 
@@ -126,7 +126,7 @@ async def test_an_action_timeout_is_a_failure_that_names_the_action(
     await store.push_batch([record], source="t")
     settings = settings_for(tmp_path, redis_url, actions=["sleep:5"], options={"sleep": {"timeout": 0.2}})
     async with pop_daemon(settings):
-        await wait_until(lambda: _where(store, record.checksum, "inactive"), what="the record to time out")
+        await eventually(lambda: _where(store, record.checksum, "inactive"), what="the record to time out")
     assert (await state(store, record.checksum)).last_error == "action sleep timed out after 0.2s"
 
 
@@ -142,7 +142,7 @@ async def test_action_off_while_idle_then_a_push_claims_nothing_until_action_is_
         assert await counter(store, "claimed") == 0
         assert (await store.summary()).active == 5
         await store.set_flag(Flag.ACTION, True)
-        await wait_for_value(lambda: counter(store, "done"), 5, what="5 records done once action is on")
+        await eventually_equal(lambda: counter(store, "done"), 5, what="5 records done once action is on")
 
 
 async def test_action_off_while_records_run_lets_them_finish_and_claims_no_more(
@@ -151,14 +151,14 @@ async def test_action_off_while_records_run_lets_them_finish_and_claims_no_more(
     await store.push_batch(make_records(10), source="t")
     settings = settings_for(tmp_path, redis_url, actions=["sleep:0.5"])
     async with pop_daemon(settings, concurrency=4):
-        await wait_for_value(lambda: _in_flight(store), 4, what="4 records running")
+        await eventually_equal(lambda: _in_flight(store), 4, what="4 records running")
         await store.set_flag(Flag.ACTION, False)
-        await wait_for_value(lambda: counter(store, "done"), 4, what="the 4 running records to finish")
+        await eventually_equal(lambda: counter(store, "done"), 4, what="the 4 running records to finish")
         await asyncio.sleep(0.7)
         summary = await store.summary()
         assert (summary.active, summary.in_flight, summary.counters["claimed"]) == (6, 0, 4)
         await store.set_flag(Flag.ACTION, True)
-        await wait_for_value(lambda: counter(store, "done"), 10, what="the rest once action is on")
+        await eventually_equal(lambda: counter(store, "done"), 10, what="the rest once action is on")
 
 
 async def test_stop_lets_running_actions_finish_within_the_grace_period(
@@ -167,7 +167,7 @@ async def test_stop_lets_running_actions_finish_within_the_grace_period(
     await store.push_batch(make_records(4), source="t")
     settings = settings_for(tmp_path, redis_url, actions=["sleep:0.5"], pop={"grace_period": 10.0})
     async with pop_daemon(settings, concurrency=4) as daemon:
-        await wait_for_value(lambda: _in_flight(store), 4, what="4 records running")
+        await eventually_equal(lambda: _in_flight(store), 4, what="4 records running")
         assert await daemon.shut_down() == 0
     summary = await store.summary()
     assert (summary.counters["done"], summary.tracked, summary.workers) == (4, 0, 0)
@@ -180,7 +180,7 @@ async def test_stop_cancels_actions_after_the_grace_period_and_puts_their_record
     await store.push_batch(records, source="t")
     settings = settings_for(tmp_path, redis_url, actions=["sleep:30"], pop={"grace_period": 0.2})
     async with pop_daemon(settings, concurrency=4) as daemon:
-        await wait_for_value(lambda: _in_flight(store), 4, what="4 records running")
+        await eventually_equal(lambda: _in_flight(store), 4, what="4 records running")
         assert await daemon.shut_down() == 0
     summary = await store.summary()
     assert (summary.active, summary.in_flight, summary.workers, summary.counters.get("done", 0)) == (6, 0, 0, 0)
@@ -193,13 +193,13 @@ async def test_the_registry_shows_the_worker_with_its_counts(store: QueueStore, 
     await store.push_batch(make_records(3), source="t")
     settings = settings_for(tmp_path, redis_url, actions=["echo"])
     async with pop_daemon(settings, concurrency=2) as daemon:
-        await wait_for_value(lambda: counter(store, "done"), 3, what="3 records done")
+        await eventually_equal(lambda: counter(store, "done"), 3, what="3 records done")
 
         async def counted() -> bool:
             (worker,) = await store.workers()
             return worker.heartbeat is not None and worker.heartbeat["done"] == 3
 
-        await wait_until(counted, what="the heartbeat to count 3 done")
+        await eventually(counted, what="the heartbeat to count 3 done")
         (worker,) = await store.workers()
         assert worker.worker_id == daemon.worker_id
         assert {key: worker.info[key] for key in ("role", "queue", "concurrency")} == {
@@ -217,7 +217,7 @@ async def test_a_dead_workers_records_are_swept_back_and_run(store: QueueStore, 
     assert len((await store.claim("ghost:1:pop:x", 2)).records) == 2
     settings = settings_for(tmp_path, redis_url, actions=["echo"])
     async with pop_daemon(settings):
-        await wait_for_value(lambda: counter(store, "done"), 3, what="all 3 records done")
+        await eventually_equal(lambda: counter(store, "done"), 3, what="all 3 records done")
     assert [(await store.record_state(r.checksum)) for r in records] == [None, None, None]
     assert await counter(store, "reclaimed") == 2
 
@@ -279,7 +279,7 @@ async def test_a_lost_reply_neither_strands_nor_repeats_a_record(
         daemon = PopDaemon(settings, settings.queue(QUEUE), flaky, actions)
         stop = asyncio.Event()
         task = asyncio.create_task(daemon.run(stop))
-        await wait_for_value(lambda: counter(store, "done"), 12, what="every record done")
+        await eventually_equal(lambda: counter(store, "done"), 12, what="every record done")
         stop.set()
         assert await task == 0
     finally:
@@ -313,13 +313,13 @@ async def test_finished_records_free_their_slots_but_unsettled_results_never_exc
         stop = asyncio.Event()
         task = asyncio.create_task(daemon.run(stop))
         # Two ran and wait for their acknowledgement; their slots ran two more; then claiming stops.
-        await wait_for_value(lambda: _in_flight(store), 4, what="4 records claimed")
+        await eventually_equal(lambda: _in_flight(store), 4, what="4 records claimed")
         await asyncio.sleep(0.5)
         summary = await store.summary()
         assert (summary.in_flight, summary.active, summary.counters["claimed"]) == (4, 6, 4)
         assert daemon.worker.running == 0
         stalled.let_through.set()
-        await wait_for_value(lambda: counter(store, "done"), 10, what="every record done once acks go through")
+        await eventually_equal(lambda: counter(store, "done"), 10, what="every record done once acks go through")
         stop.set()
         assert await task == 0
     finally:
@@ -334,6 +334,6 @@ async def test_a_cancellation_from_inside_an_action_fails_the_record_instead_of_
     await store.push_batch([record], source="t")
     settings = settings_for(tmp_path, redis_url, actions=[SELF_CANCELLING])
     async with pop_daemon(settings):
-        await wait_for_value(lambda: _length(store, QueueList.INACTIVE), 1, what="the record to go inactive")
+        await eventually_equal(lambda: _length(store, QueueList.INACTIVE), 1, what="the record to go inactive")
     found = await state(store, record.id)
     assert found.where == "inactive" and "cancelled" in (found.last_error or "")

@@ -11,12 +11,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from dataq.store import Flag, QueueList, QueueStore
+from testbed.waits import eventually
 from tests.helpers import make_records
 from tests.push_support import (
     LineClient,
     StartPush,
     active_ids,
-    eventually,
     reply_for,
     stays_unanswered,
 )

@@ -20,9 +20,10 @@ from dataq.ops.notices import KIND_READ_OFF, KIND_READ_ON
 from dataq.push.daemon import PushDaemon
 from dataq.push.gate import BLOCK_READ_OFF
 from dataq.store import Flag, QueueStore
+from testbed.waits import eventually
 from tests.conftest import MakeRedis
 from tests.pop_support import RecordingNotifier
-from tests.push_support import QUEUE, STARTUP_TIMEOUT, eventually, push_settings
+from tests.push_support import QUEUE, STARTUP_TIMEOUT, push_settings
 
 MIB = 2**20
 MAXMEMORY = 32 * MIB

@@ -22,13 +22,13 @@ from dataq.feed.client import Feeder
 from dataq.keys import QueueKeys
 from dataq.protocol import ReplyKind
 from dataq.store import QueueList, QueueStore
+from testbed.waits import eventually
 from tests.helpers import make_records
 from tests.push_support import (
     LOOPBACK,
     QUEUE,
     LineClient,
     RunningPush,
-    eventually,
     push_settings,
     reply_for,
     start_push,

@@ -14,8 +14,8 @@ from dataq.ops.notices import LogNotifier
 from dataq.pop.settler import Settler
 from dataq.store import FailOutcome, QueueList, QueueStore, RetryPolicy, connect
 from dataq.store.lifecycle import NO_DELAY
+from testbed.waits import eventually
 from tests.helpers import make_records
-from tests.pop_support import wait_until
 
 WORKER = "host:1:pop:abc"
 
@@ -57,7 +57,7 @@ async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_
         async def applied_but_unanswered() -> bool:
             return flaky.fail_calls == 1 and await flaky.r.llen(flaky.keys.active) == 1
 
-        await wait_until(applied_but_unanswered, timeout=5, what="the fail to be applied with its reply lost")
+        await eventually(applied_but_unanswered, timeout=5, what="the fail to be applied with its reply lost")
         # The record is runnable again, and this worker claims it before the settler retries.
         assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
         settler.claimed_again(record.id)
@@ -65,7 +65,7 @@ async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_
         async def slot_freed() -> bool:
             return freed == [record.id]
 
-        await wait_until(slot_freed, timeout=5, what="the stale result to be dropped")
+        await eventually(slot_freed, timeout=5, what="the stale result to be dropped")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -17,8 +17,9 @@ from dataq.actions.archive import catalog
 from dataq.cli.archive import archive as archive_cli
 from dataq.record import Record
 from dataq.store import QueueStore
+from testbed.waits import eventually
 from tests.archive_support import TEST_MASTER, Archive, md5, write_fits, write_plain
-from tests.pop_support import QUEUE, load, pop_daemon, wait_until
+from tests.pop_support import QUEUE, load, pop_daemon
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -39,7 +40,7 @@ async def test_a_pop_daemon_ingests_its_queue_in_batches_and_settles_each_record
                 summary = await store.summary()
                 return summary.active == summary.in_flight == summary.delayed == 0
 
-            await wait_until(settled, timeout=60.0, what="every record settled")
+            await eventually(settled, timeout=60.0, what="every record settled")
         summary = await store.summary()
         assert (summary.inactive, summary.tracked) == (1, 1)  # only the liar is left, deactivated
         state = await store.record_state(bad.checksum)

@@ -18,7 +18,8 @@ from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepActio
 from dataq.config import QueueSettings, Settings
 from dataq.errors import ActionError, ConfigError
 from dataq.record import Record
-from tests.helpers import action_context, make_records
+from testbed.actions import action_context
+from tests.helpers import make_records
 from tests.pop_support import FailSomeAction, FailSomeOptions
 
 SOURCE = "/etc/dataq/dataq.toml"

@@ -17,7 +17,8 @@ from dataq.pop.deadlines import Deadlines
 from dataq.pop.failure import Failure
 from dataq.pop.worker import run_actions
 from dataq.record import Record
-from tests.helpers import action_context, make_records
+from testbed.actions import action_context
+from tests.helpers import make_records
 
 RECORD = make_records(1)[0]
 

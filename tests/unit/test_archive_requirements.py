@@ -15,8 +15,8 @@ from dataq.actions import load_actions
 from dataq.actions.archive.ingest import check_java, check_requirements, find_java
 from dataq.config import Settings
 from dataq.errors import ConfigError
+from testbed.actions import action_context
 from tests.archive_support import options_for
-from tests.helpers import action_context
 from tests.pop_support import REPO_ROOT, load, write_config
 
 UNUSED_REDIS = "redis://127.0.0.1:1"

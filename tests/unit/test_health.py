@@ -7,7 +7,8 @@ import dataclasses
 
 from dataq.ops.health import RATE_WINDOW, REPLICA_LAG_WARNING, check_health, rates, replication_problems
 from dataq.store import ClusterMember, ClusterStatus, Replica, ReplicationStatus
-from tests.helpers import fake_store, make_records
+from testbed.actions import fake_store
+from tests.helpers import make_records
 
 
 async def test_a_queue_without_daemons_is_unhealthy_and_says_why() -> None:

@@ -31,7 +31,7 @@ TIERS: dict[str, int] = {
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package, folder in SOURCES.items():
-        for path in folder.rglob("*.py"):
+        for path in sorted(folder.rglob("*.py")):
             parts = path.relative_to(folder).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]

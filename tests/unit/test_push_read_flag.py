@@ -19,7 +19,7 @@ from dataq.errors import StoreUnavailable
 from dataq.push.cutoff import AUTO_WHO, QUEUE_FULL
 from dataq.push.daemon import PushDaemon
 from dataq.store import Flag
-from tests.helpers import fake_store
+from testbed.actions import fake_store
 from tests.pop_support import RecordingNotifier
 from tests.push_support import QUEUE, push_settings
 

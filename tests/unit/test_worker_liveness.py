@@ -17,7 +17,8 @@ from dataq.pop import worker as worker_module
 from dataq.pop.worker import PopWorker
 from dataq.record import Record
 from dataq.store import QueueStore
-from tests.helpers import action_context, fake_store, make_records
+from testbed.actions import action_context, fake_store
+from tests.helpers import make_records
 
 WORKER = "host:1:pop:abc"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import redis
 from redis.cluster import key_slot
 
-from bench.ha_topology import LOOPBACK, MASTER_ARGS, loopback_client, port_of, wait_for_new_master
 from dataq.embedded.redis_server import EmbeddedRedis, free_port
 from dataq.keys import QueueKeys
+from testbed.sentinel import LOOPBACK, MASTER_ARGS, loopback_client, port_of, wait_for_new_master
 
 BUS_PORT_OFFSET = 10_000
 NODE_TIMEOUT_MS = 1000

@@ -1,0 +1,21 @@
+"""A pop daemon's surroundings for an action run on its own: its context, on a store on fakeredis."""
+
+from __future__ import annotations
+
+import fakeredis
+
+from dataq.actions import ActionContext
+from dataq.config import QueueSettings
+from dataq.store import QueueStore
+
+
+def fake_store(queue: str = "transfer") -> QueueStore:
+    """A store on fakeredis (with its Lua scripts), for pure unit tests: no server, nothing to close."""
+    return QueueStore(fakeredis.FakeAsyncRedis(decode_responses=True), queue)
+
+
+def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
+                   store: QueueStore | None = None) -> ActionContext:
+    """What a pop daemon gives its actions; by default leases of a store on fakeredis."""
+    queue = queue or QueueSettings("transfer")
+    return ActionContext(queue, concurrency, store or fake_store(queue.name))
