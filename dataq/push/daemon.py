@@ -26,9 +26,10 @@ from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier
 from dataq.push.committer import PIPELINE_DEPTH, REPLICATED_PIPELINE_DEPTH, Committer
-from dataq.push.cutoff import MEMORY_CHECK_INTERVAL, ReadCutoff
-from dataq.push.gate import BLOCK_READ_OFF, BLOCK_STARTING, Gate
+from dataq.push.cutoff import AUTO_WHO, MEMORY_CHECK_INTERVAL, ReadCutoff
+from dataq.push.gate import Gate
 from dataq.push.listener import Listener
+from dataq.push.read_flag import ReadFlag
 from dataq.runtime.identity import make_worker_id
 from dataq.runtime.signals import install_stop_signals
 from dataq.runtime.supervise import EXIT_FAILED, Supervisor, every
@@ -94,10 +95,8 @@ class PushDaemon:
         )
         self.ops = DaemonOps(settings, queue.name, "push", self._totals, notifier=notifier)
         self.supervisor = Supervisor(stop)
-        self.read_on = False
-        self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self._set_read, lambda: self.read_on)
-        self._read_switches = 0
-        """How many times ``read`` was switched here (by notice, poll or this daemon's own cut-off)."""
+        self.read = ReadFlag(self.gate, self._read_flag, self._write_flag)
+        self.cutoff = ReadCutoff(store, queue, push, self.ops.notifier, self.read)
         self._started = time.time()
         self._listen = ""
 
@@ -160,17 +159,13 @@ class PushDaemon:
             log.info("push daemon stopped", pushed=stats.pushed, ignored=stats.ignored, errors=stats.errors)
         return EXIT_OK if supervisor.failed is None else EXIT_FAILED
 
-    # --- the read flag ------------------------------------------------------------------------------------
+    # --- the read flag ---------------------------------------------------------------------------------------
 
-    def _set_read(self, on: bool, how: str) -> None:
-        self._read_switches += 1
-        if on:
-            self.cutoff.forget()
-        if on != self.read_on or self.gate.blocks(BLOCK_STARTING):
-            log.info("read flag " + ("on" if on else "off"), how=how)
-        self.read_on = on
-        self.gate.block(BLOCK_READ_OFF, not on)
-        self.gate.block(BLOCK_STARTING, False)
+    async def _read_flag(self) -> bool:
+        return (await self.store.flags())[Flag.READ]
+
+    async def _write_flag(self, on: bool) -> None:
+        await self.store.set_flag(Flag.READ, on, who=AUTO_WHO)
 
     async def _follow_flags(self) -> None:
         """Notices switch ``read`` at once; on every (re)subscription the flags are read again, since notices
@@ -178,22 +173,12 @@ class PushDaemon:
         # An async generator (typed as an iterator): closed here, so its pub/sub connection goes at once.
         notices = cast(AsyncGenerator[str, None], self.store.notices(work=False))
         try:
-            await self._poll_flags("start")
+            await self.read.refresh("start")
             async for notice in notices:
                 if notice.startswith("flag:read:"):
-                    self._set_read(notice.endswith(":on"), "notice")
+                    self.read.operator_switch(notice.endswith(":on"))
         finally:
             await notices.aclose()
-
-    async def _poll_flags(self, how: str) -> None:
-        switches, saving = self._read_switches, self.cutoff.unsaved
-        flags = await self.store.flags()
-        # The answer may be older than what this daemon knows: a switch made while the read was under way (a
-        # notice, or this daemon's own cut-off, which forgets its reasons on a switch on), or a cut-off not yet in
-        # Redis when the read began (its write may land after the read, yet be acknowledged before the answer). A
-        # cut-off begun during the read is such a switch.
-        if switches == self._read_switches and not saving:
-            self._set_read(flags[Flag.READ], how)
 
     async def _after_batch(self, active_length: int) -> None:
         await self.cutoff.queue_length(active_length)
@@ -213,7 +198,7 @@ class PushDaemon:
                 "connections": len(self.listener.connections), "accepted": self.listener.accepted,
                 "refused": self.listener.refused, "reading": self.gate.open, "blocked_by": self.gate.blocked_by,
             }, ttl=push.heartbeat_ttl)
-            await self._poll_flags("poll")
+            await self.read.refresh("poll")
             await self.cutoff.check()
 
     async def _watch_memory(self) -> None:

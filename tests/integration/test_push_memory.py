@@ -137,7 +137,7 @@ async def test_memory_past_max_memory_turns_read_off_and_below_resume_memory_bac
 async def test_an_operators_read_off_is_never_undone_by_the_memory_watch(watched: Watched) -> None:
     store, notifier, daemon = watched.store, watched.notifier, watched.daemon
     await store.set_flag(Flag.READ, False, who="operator")
-    await eventually(at_once(lambda: not daemon.read_on))
+    await eventually(at_once(lambda: not daemon.read.on))
     with capture_logs() as logs:
         await store.r.mset(FILLER)
         await eventually(memory_checked(daemon, at_least=MAXMEMORY // 2))  # a check saw it high, and let it be
