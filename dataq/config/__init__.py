@@ -6,14 +6,14 @@
 
 from __future__ import annotations
 
-from dataq.config.loader import MAX_PORT, load_options
+from dataq.addresses import MAX_PORT, parse_host_port
+from dataq.config.loader import load_options
 from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
 from dataq.config.redis_settings import (
     APPENDFSYNC_CHOICES,
     DEFAULT_APPENDFSYNC,
     REDIS_URL_SCHEMES,
     RedisSettings,
-    parse_host_port,
 )
 from dataq.config.schema import (
     CONFIG_ENV,

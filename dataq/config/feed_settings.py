@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from dataq.addresses import parse_host_port
 from dataq.config.loader import Invalid, Section, absolute, setting, together
-from dataq.config.redis_settings import parse_host_port
 
 DEFAULT_FEED_WINDOW = 1000
 

@@ -29,8 +29,6 @@ BOUNDS_KEY, ROLE_KEY = "dataq.bounds", "dataq.role"  # field metadata keys
 FILLED = "filled"  # role of a field the loader fills, not a config key (a queue's name, the source file)
 SUB_TABLES = "sub_tables"  # role of the field that gets the sub-tables not named after a field
 S = TypeVar("S", bound="DataclassInstance")
-MAX_PORT = 65535
-"""The highest TCP port: the upper bound of every port key."""
 
 
 class Invalid(ConfigError):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataq.config.loader import MAX_PORT, Invalid, Section, setting
+from dataq.addresses import MAX_PORT
+from dataq.config.loader import Invalid, Section, setting
 
 MAIL_SECURITY_CHOICES = ("none", "starttls", "tls")
 

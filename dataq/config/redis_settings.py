@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from dataq.config.loader import MAX_PORT, Invalid, Section, setting, together
+from dataq.addresses import MAX_PORT, parse_host_port
+from dataq.config.loader import Invalid, Section, setting, together
 
 REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
 """How dataq reaches Redis: plain TCP, TLS, or a unix socket."""
@@ -25,27 +26,6 @@ DEFAULT_REDIS_PORT = 6379
 """Where :meth:`RedisSettings.url_at` points when neither the caller nor ``url`` names the host or the port."""
 URL_HOST_PATTERN = re.compile(r"[A-Za-z0-9._-]+|\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]?")
 """A host name, an IPv4 address or an IPv6 address (bracketed or not): what may stand as the host of a URL."""
-
-
-def parse_host_port(text: str, default_port: int = DEFAULT_SENTINEL_PORT) -> tuple[str, int]:
-    """``host:port``, ``[v6-address]:port`` or a bare host (the default port); a ValueError says what is wrong."""
-    text = text.strip()
-    if text.startswith("["):
-        host, closed, rest = text[1:].partition("]")
-        if not closed or (rest and not rest.startswith(":")):
-            raise ValueError(f"{text!r} is not host:port ([v6-address]:port for IPv6)")
-        port_text = rest[1:]
-    elif text.count(":") > 1:
-        raise ValueError(f"{text!r} is not host:port (write an IPv6 address as [address]:port)")
-    else:
-        host, _, port_text = text.partition(":")
-    if not host:
-        raise ValueError(f"{text!r} has no host")
-    if not port_text and ":" not in text.rpartition("]")[2]:
-        return host, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) <= MAX_PORT:
-        raise ValueError(f"{text!r} has no valid port (1-{MAX_PORT})")
-    return host, int(port_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +86,7 @@ class RedisSettings(Section):
                               "'sentinel monitor NAME ...')")
             for address in self.sentinels:
                 try:
-                    parse_host_port(address)
+                    parse_host_port(address, DEFAULT_SENTINEL_PORT)
                 except ValueError as exc:
                     raise Invalid("sentinels", f"key '{{key}}': {exc}") from None
             if not self.tls:
@@ -149,7 +129,7 @@ class RedisSettings(Section):
     @property
     def sentinel_hosts(self) -> tuple[tuple[str, int], ...]:
         """``sentinels`` as (host, port) pairs."""
-        return tuple(parse_host_port(address) for address in self.sentinels)
+        return tuple(parse_host_port(address, DEFAULT_SENTINEL_PORT) for address in self.sentinels)
 
     def url_at(self, host: str | None = None, port: int | None = None) -> str:
         """The URL of the server at ``host``:``port``: the 2014 ``dataq_cli.py --host HOST --port PORT``.

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from dataq.addresses import MAX_PORT
 from dataq.config.feed_settings import FeedSettings
 from dataq.config.loader import (
     FILLED,
-    MAX_PORT,
     ROLE_KEY,
     SUB_TABLES,
     Invalid,

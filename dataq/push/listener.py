@@ -16,6 +16,7 @@ import socket
 from collections.abc import Iterable
 from typing import cast
 
+from dataq.addresses import peer_text
 from dataq.errors import InvalidRecord
 from dataq.logs import get_logger
 from dataq.protocol import TOO_MANY_CONNECTIONS, LineFramer, OverLong, error_reply
@@ -27,14 +28,6 @@ CONNECTION_WINDOW = 10_000
 """Lines of one connection read but not yet answered, above which that connection stops reading."""
 
 log = get_logger()
-
-
-def format_peer(address: object) -> str:
-    """``host:port`` (``[v6]:port``) of a socket address; ``unix`` or ``?`` for the rest."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        host, port = address[0], address[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-    return "unix" if isinstance(address, str) else "?"
 
 
 class Listener:
@@ -143,7 +136,7 @@ class FeederConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.peer = format_peer(transport.get_extra_info("peername"))
+        self.peer = peer_text(transport.get_extra_info("peername"))
         self.log = log.bind(peer=self.peer)
         if not self.listener.admit(self):
             self.log.warning("refusing a feeder: too many connections", limit=self.listener.max_connections)

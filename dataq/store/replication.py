@@ -36,7 +36,8 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnec
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from dataq.config import parse_host_port
+from dataq.addresses import host_port_text, parse_host_port
+from dataq.config.redis_settings import DEFAULT_SENTINEL_PORT
 from dataq.errors import NotReplicated, StoreError
 
 SENTINEL_SCHEME = "sentinel"
@@ -54,12 +55,6 @@ class SentinelTarget:
     @property
     def address(self) -> str:
         return sentinel_address(self.sentinels, self.master_name)
-
-
-def host_port_text(host: object, port: object) -> str:
-    """``host:port``, with an IPv6 address in brackets."""
-    text = str(host)
-    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
 
 
 def client_address(client: aioredis.Redis) -> str:
@@ -84,7 +79,7 @@ def parse_sentinel_address(url: str) -> SentinelTarget:
     if not hosts or not name:
         raise StoreError(f"sentinel address {url!r} must be sentinel://host:port[,host:port...]/master_name")
     try:
-        sentinels = tuple(parse_host_port(part) for part in hosts.split(","))
+        sentinels = tuple(parse_host_port(part, DEFAULT_SENTINEL_PORT) for part in hosts.split(","))
     except ValueError as exc:
         raise StoreError(f"sentinel address {url!r}: {exc}") from exc
     return SentinelTarget(sentinels, name)
