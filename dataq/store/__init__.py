@@ -14,9 +14,9 @@ from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.lifecycle import LifecycleOps
 from dataq.store.rates import RATE_KINDS, RateBucket, RateHistory, RateOps
-from dataq.store.replication import (
+from dataq.store.replication import Replication
+from dataq.store.sentinel import (
     SENTINEL_SCHEME,
-    Replication,
     SentinelTarget,
     connect_sentinel,
     parse_sentinel_address,

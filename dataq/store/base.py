@@ -6,14 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-import redis.exceptions as rexc
 from redis.asyncio.sentinel import Sentinel
-from redis.commands.core import AsyncScript
 
 from dataq.keys import QueueKeys
 from dataq.store.cluster import SlotMap
 from dataq.store.connection import load_scripts
-from dataq.store.lane import Lane
+from dataq.store.lane import Lane, Script
 from dataq.store.replication import Replication
 
 NOTICE_WORK = "work"
@@ -52,23 +50,19 @@ class StoreBase:
         self.pubsub_mode = "sharded" if cluster is not None else "plain"
         """Sharded pub/sub on a cluster (the queue's channels share its slot, so its master alone serves them);
         what the scripts that publish are told."""
-        self._scripts: dict[str, AsyncScript] = load_scripts(client)
+        self._scripts: dict[str, Script] = load_scripts()
         self._lane = Lane(client)
 
     async def _script(self, name: str, keys: list[str], args: list[Any], *, replicated: bool = False,
                       on_written: Callable[[], None] | None = None) -> Any:
         """Run a script; ``replicated``: a write a fail-over must not undo, confirmed by ``min_replicas``.
         ``on_written`` is called once the master has run it (with replicas to wait for, before they confirm)."""
-        if replicated and self.replication.enabled:
-            return await self.replication.run(self.client, self._scripts[name], keys, args, self.keys.counters,
-                                              on_written)
         script = self._scripts[name]
-        try:
-            reply = await self._lane.execute("EVALSHA", script.sha, len(keys), *keys, *args)
-        except rexc.NoScriptError:
-            reply = await script(keys=keys, args=args)  # loads it into a server that never ran it
-        if on_written is not None:
-            on_written()
+        if replicated and self.replication.enabled:
+            return await self.replication.run(self._lane, script, keys, args, self.keys.counters, on_written)
+        (reply,) = await self._lane.run_script(script, keys, args, on_written=on_written)
+        if isinstance(reply, Exception):
+            raise reply
         return reply
 
     async def _announce_work(self) -> None:

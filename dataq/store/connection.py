@@ -20,11 +20,11 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
 from redis.retry import Retry as SyncRetry
 
 from dataq.config import REDIS_URL_SCHEMES
 from dataq.errors import RangeError, StoreError, StoreUnavailable
+from dataq.store.lane import Script
 
 DEFAULT_SOCKET_TIMEOUT = 5.0
 SCRIPT_NAMES = (
@@ -125,9 +125,9 @@ def script_source(name: str) -> str:
     return "\n".join([*libraries, (package / f"{name}.lua").read_text()])
 
 
-def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
-    """Register every Lua script with the client (redis-py sends each by SHA, loading it on first use)."""
-    return {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
+def load_scripts() -> dict[str, Script]:
+    """Every Lua script, read once (the store sends each by SHA, loading it into a server that lacks it)."""
+    return {name: Script(name, script_source(name)) for name in SCRIPT_NAMES}
 
 
 def translate(exc: Exception) -> Exception:

@@ -9,9 +9,10 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from dataq.addresses import host_port_text
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
-from dataq.store.replication import client_address, follow_elected_master, host_port_text
+from dataq.store.sentinel import client_address, follow_elected_master
 from dataq.store.types import ClusterMember, ClusterStatus, Replica, ReplicationStatus
 
 SLOTS = 16384

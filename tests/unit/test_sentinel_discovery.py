@@ -10,7 +10,7 @@ import pytest
 import redis.exceptions as rexc
 from redis.asyncio.sentinel import MasterNotFoundError
 
-from dataq.store.replication import SerialSentinel
+from dataq.store.sentinel import SerialSentinel
 
 NAME = "dataq"
 
