@@ -1,7 +1,8 @@
 """``network_move``'s hand-on: the record of a verified transfer, pushed to the next site's push daemons with the
 feeder's own client (:mod:`dataq.feed`), over TLS or mutual TLS when configured.
 
-Without a spool, each hand-on is one feed: the first next site that answers within ``timeout`` takes it, an
+Without a spool, each hand-on is one feed over the next sites (the feeder's fail-over, one round): the first
+that answers within ``timeout`` takes it, an
 ``Error:`` reply fails the record, and no site answering is an outage of the next sites (``Retryable``). With a
 spool, a hand-on is kept in it (fsynced) and succeeds at once, and a sender running beside the pop daemon's
 workers (a :class:`~dataq.feed.forward.Forwarder`) sends the spool to the next sites for as long as they stay
@@ -98,29 +99,28 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return
-        problems: list[str] = []
-        for site in self.sites:
-            host, port = parse_site(site)
-            # The default window: with a window of exactly one record the feeder would wait for more input.
-            feeder = Feeder(host, port, retry_for=0.0, tls=self._tls)
-            try:
-                async with asyncio.timeout(self.timeout):
-                    result = await feeder.feed([handed])
-            except TimeoutError:
-                problems.append(f"{site}: no answer within {self.timeout:g}s")
-                continue
-            except DataqError as exc:  # unreachable, or not speaking the push protocol
-                problems.append(f"{site}: {exc}")
-                continue
+        (host, port), *others = [parse_site(site) for site in self.sites]
+        # One round over the sites, each given ``timeout`` to accept and to answer (the feeder's fail-over); the
+        # default window: with a window of exactly one record the feeder would wait for more input.
+        feeder = Feeder(host, port, also=others, retry_for=0.0, timeout=self.timeout, tls=self._tls)
+        try:
+            # A lone site is not left for being silent (there is no other): it gets one more ``timeout`` to answer.
+            async with asyncio.timeout(2 * self.timeout * len(self.sites)):
+                result = await feeder.feed([handed])
+        except TimeoutError:
+            problem = f"no answer within {2 * self.timeout * len(self.sites):g} s"
+        except DataqError as exc:  # unreachable, or not speaking the push protocol
+            problem = str(exc)
+        else:
             assert result.replies is not None
             (reply,) = result.replies
+            site = f"{feeder.host}:{feeder.port}"
             if reply.kind is ReplyKind.ERROR:
                 raise ActionError(f"next site {site} refused the record: {reply.detail}")
             log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
             return
         # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
-        raise Retryable(f"no next site took the record: {'; '.join(problems)}",
-                        destination=f"next sites {', '.join(self.sites)}")
+        raise Retryable(f"no next site took the record: {problem}", destination=f"next sites {', '.join(self.sites)}")
 
     async def _keep(self, record: Record, handed: Record) -> None:
         assert self._spool is not None and self._forwarder is not None

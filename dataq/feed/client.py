@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 
 from dataq.errors import ProtocolError
+from dataq.feed.failover import Failover, Step
 from dataq.feed.link import (
     FeedError,
     FeedItem,
@@ -108,7 +109,7 @@ class Feeder:
         self.retry_for, self.keep_replies, self.on_reply = retry_for, keep_replies, on_reply
         self.timeout, self.failback_after = timeout, failback_after
         self.backoff_cap = backoff_cap
-        self._switching = False
+        self._failover: Failover | None = None
         self._link = LinkState(len(self.targets), on_link)
         self._quiet_since = 0.0
         """When the oldest record in flight was sent, or the last reply came (the silence timer's start)."""
@@ -135,9 +136,14 @@ class Feeder:
         return self._exhausted and not self._in_flight
 
     @property
+    def _leaving(self) -> bool:
+        """This connection is being left for the first push daemon (see :mod:`.failover`)."""
+        return self._failover is not None and self._failover.leaving
+
+    @property
     def _may_leave(self) -> bool:
         """This connection has nothing more to do: all is answered, or it is being left and has nothing in flight."""
-        return not self._in_flight and (self._exhausted or self._switching)
+        return not self._in_flight and (self._exhausted or self._leaving)
 
     async def feed(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> FeedResult:
         """Send every item and wait for every reply; raises FeedError if the daemon stays unreachable."""
@@ -161,66 +167,48 @@ class Feeder:
         return result
 
     async def _run_connections(self) -> None:
-        backoff = Backoff() if self.backoff_cap is None else Backoff(cap=self.backoff_cap)
-        failing_since: float | None = None
-        current = 0
-        back_to: int | None = None  # trying the first target again while this later one works
+        failover = self._failover = Failover(
+            [f"{host}:{port}" for host, port in self.targets], retry_for=self.retry_for,
+            failback_after=self.failback_after,
+            backoff=Backoff() if self.backoff_cap is None else Backoff(cap=self.backoff_cap))
         while not self._finished:
-            host, port = self.host, self.port = self.targets[current]
+            host, port = self.host, self.port = self.targets[failover.current]
             try:
                 async with asyncio.timeout(self.timeout):
                     reader, writer = await asyncio.open_connection(host, port, ssl=self.tls, limit=READ_CHUNK)
             except (OSError, TimeoutError) as exc:
-                error = str(exc) or f"no connection within {self.timeout:g} s"
                 self._link.check_tls(exc, host, port)
-                if back_to is not None:
-                    log.debug("the first push daemon is still away", target=f"{host}:{port}", error=error)
-                    current, back_to = back_to, None
-                    continue
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > self.retry_for:
-                    raise FeedError(f"cannot reach the push daemon at {host}:{port}: {error}") from exc
-                self._link.failed(host, port, f"cannot connect: {error}")
-                current = (current + 1) % len(self.targets)
-                if current == 0:  # every target failed this round
-                    await backoff.wait()
+                error = f"cannot connect: {str(exc) or f'no connection within {self.timeout:g} s'}"
+                await self._next(failover.connect_failed(time.monotonic(), error), host, port, error)
                 continue
-            trying_back, back_to = back_to, None
+            failover.connected(time.monotonic())
             self._link.up(host, port)
             answered = self._result.total
-            self._switching = False
-            deadline = time.monotonic() + self.failback_after if current else None
             try:
-                await self._converse(reader, writer, deadline)
+                await self._converse(reader, writer)
             except _ConnectionLost as exc:
                 self._link.check_tls(exc.__cause__, host, port)
                 self._result.reconnects += 1
-                if trying_back is not None and self._result.total == answered:  # the first is not well yet
-                    log.debug("the first push daemon failed again", target=f"{host}:{port}", error=str(exc))
-                    current = trying_back
-                    continue
-                if self._result.total > answered:  # that connection made progress: a fresh failure
-                    failing_since = None
-                    backoff.reset()
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > self.retry_for:
-                    raise FeedError(f"the push daemon at {host}:{port} keeps dropping the "
-                                    f"connection: {exc}") from exc
-                self._link.failed(host, port, f"connection lost: {exc}", unanswered=len(self._in_flight))
-                current = (current + 1) % len(self.targets)
-                if current == 0:
-                    await backoff.wait()
+                error = f"connection lost: {exc}"
+                step = failover.lost(time.monotonic(), error, progressed=self._result.total > answered)
+                await self._next(step, host, port, error, unanswered=len(self._in_flight))
                 continue
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, ssl.SSLError):
                     await writer.wait_closed()
-            failing_since = None
-            backoff.reset()
-            if self._switching:
+            if failover.ended() is not None:
                 log.debug("trying the first push daemon again", left=f"{host}:{port}",
                           first=f"{self.targets[0][0]}:{self.targets[0][1]}")
-                current, back_to = 0, current
+
+    async def _next(self, step: Step, host: str, port: int, error: str, **details: object) -> None:
+        """Report the failure that led to ``step`` and wait its delay."""
+        if step.failure:
+            self._link.failed(host, port, error, **details)
+        else:
+            log.debug("the first push daemon is still away", target=f"{host}:{port}", error=error)
+        if step.delay:
+            await asyncio.sleep(step.delay)
 
     async def _produce(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> None:
         """Draw every item from the source into the queue of chunks (refusing the unsendable ones at once)."""
@@ -257,11 +245,10 @@ class Feeder:
             return None
         return index, encoded[0], encoded[1]
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        deadline: float | None) -> None:
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: send (resending what is unanswered first) and read replies until all are answered, or
-        until ``deadline`` (monotonic) has passed and what was sent is answered."""
-        sender = asyncio.create_task(self._send(writer, deadline))
+        until it is being left and what was sent is answered."""
+        sender = asyncio.create_task(self._send(writer))
         receiver = asyncio.create_task(self._receive(reader))
         try:
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
@@ -280,25 +267,24 @@ class Feeder:
         if not self._may_leave:
             raise _ConnectionLost("connection closed by the daemon")
 
-    async def _send(self, writer: asyncio.StreamWriter, deadline: float | None) -> None:
-        in_flight, carry = self._in_flight, self._carry
+    async def _send(self, writer: asyncio.StreamWriter) -> None:
+        in_flight, carry, failover = self._in_flight, self._carry, self._failover
+        assert failover is not None
         self._quiet_since = time.monotonic()
         if in_flight:
             writer.write(b"".join(line for _, line, _ in in_flight))
             await writer.drain()
         # Until every record is answered, not only sent: a reply may ask to send a record again.
         while not self._may_leave:
-            if deadline is not None and not self._switching and time.monotonic() >= deadline:
-                self._switching = True  # take nothing new; leave once what is in flight is answered
-                continue
+            leaving = failover.leave_due(time.monotonic())  # then: take nothing new, finish what is in flight
             room = self.window - len(in_flight)
-            if room <= 0 or self._exhausted or self._switching:
+            if room <= 0 or self._exhausted or leaving:
                 self._room.clear()
                 await self._room.wait()
                 continue
             if not carry:
                 try:
-                    async with asyncio.timeout(_remaining(deadline)):
+                    async with asyncio.timeout(failover.leave_in(time.monotonic())):
                         chunk = await self._chunks.get()
                 except TimeoutError:
                     continue
@@ -398,10 +384,6 @@ class Feeder:
                 replies[index] = reply
         if self.on_reply is not None:
             self.on_reply(index, reply)
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 _PLACEHOLDER = Reply(ReplyKind.ERROR, "no reply yet")
