@@ -10,8 +10,8 @@ from dataq.store import QueueStore, ReplicationStatus, Summary, Worker
 
 RATE_WINDOW = 60.0
 """Seconds the rates are counted over."""
-RATE_KINDS = ("pushed", "done", "failed")
-"""What --summary reports a rate of."""
+RATES_REPORTED = ("pushed", "done", "failed")
+"""The kinds of the rates ring that --summary reports a rate of."""
 REPLICA_LAG_WARNING = 10
 """Seconds without an acknowledgement from a replica after which it counts as falling behind."""
 
@@ -117,5 +117,5 @@ async def rates(store: QueueStore, window: float = RATE_WINDOW) -> Rates:
     """Pushed, done and failed records per minute over the last ``window`` seconds, from the rates ring: a
     read that costs the same whatever the traffic."""
     counts, covered, complete = (await store.rate_history(window)).totals(window)
-    per_minute = {kind: (counts[kind] * 60.0 / covered if covered > 0 else 0.0) for kind in RATE_KINDS}
+    per_minute = {kind: (counts[kind] * 60.0 / covered if covered > 0 else 0.0) for kind in RATES_REPORTED}
     return Rates(per_minute, window, covered, complete)

@@ -83,16 +83,6 @@ def list_inactive_command(queue: str) -> str:
     return shlex.join([CLI, "--queue", queue, "--list", "inactive"])
 
 
-def inactive_notice(queue: str, record_id: str, path: str, errors: int, last_error: str | None) -> Notice:
-    """A record moved to the inactive queue: what it is, why, and the command that retries it."""
-    return Notice(
-        KIND_INACTIVE,
-        f"record {record_id} of queue {queue} moved to the inactive queue after {errors} failure(s)",
-        {"queue": queue, "id": record_id, "path": path, "errors": errors, "last_error": last_error or "",
-         "retry": activate_command(queue, record_id)},
-    )
-
-
 def inactive_records_notice(queue: str, worker: str, max_errors: int, records: Sequence[Mapping[str, Any]]
                             ) -> Notice:
     """Records one settlement moved to the inactive queue, each with its last error (and, once mailed, the

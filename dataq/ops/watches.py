@@ -81,10 +81,6 @@ class FailureWatch:
                       window=self.window)
             self.notifier.post(notice)
 
-    @property
-    def failures_in_window(self) -> int:
-        return self._in_window
-
     def _expire(self, now: float) -> None:
         horizon = now - self.window
         while self._buckets and self._buckets[0][0] + 1 <= horizon:

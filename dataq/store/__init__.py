@@ -13,7 +13,8 @@ from dataq.store.connection import client_options, connect
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.lifecycle import LifecycleOps
-from dataq.store.rates import RATE_KINDS, RateBucket, RateHistory, RateOps
+from dataq.store.rate_ring import RATE_KINDS
+from dataq.store.rates import RateBucket, RateHistory, RateOps
 from dataq.store.replication import Replication
 from dataq.store.sentinel import (
     SENTINEL_SCHEME,

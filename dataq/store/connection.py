@@ -25,6 +25,7 @@ from redis.retry import Retry as SyncRetry
 from dataq.config import REDIS_URL_SCHEMES
 from dataq.errors import RangeError, StoreError, StoreUnavailable
 from dataq.store.lane import Script
+from dataq.store.rate_ring import lua_constants
 
 DEFAULT_SOCKET_TIMEOUT = 5.0
 SCRIPT_NAMES = (
@@ -118,11 +119,11 @@ def server_pid(url: str, timeout: float) -> int | None:
 
 
 def script_source(name: str) -> str:
-    """The text Redis runs for script ``name``: the libraries of ``lua/lib/`` (functions the scripts share; Redis
-    has no include), then the script itself."""
+    """The text Redis runs for script ``name``: the constants the store shares with the scripts, the libraries of
+    ``lua/lib/`` (functions the scripts share; Redis has no include), then the script itself."""
     package = resources.files("dataq.store") / "lua"
     libraries = [(package / "lib" / f"{library}.lua").read_text() for library in SCRIPT_LIBRARIES]
-    return "\n".join([*libraries, (package / f"{name}.lua").read_text()])
+    return "\n".join([lua_constants(), *libraries, (package / f"{name}.lua").read_text()])
 
 
 def load_scripts() -> dict[str, Script]:

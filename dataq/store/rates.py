@@ -14,14 +14,8 @@ from dataclasses import dataclass
 
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
+from dataq.store.rate_ring import RATE_BUCKET_SECONDS, RATE_KINDS, RATE_SLOTS
 
-RATE_BUCKET_SECONDS = 10
-"""Seconds one bucket of the ring counts (``RATE_BUCKET_SECONDS`` in ``lua/lib/rates.lua``)."""
-RATE_SLOTS = 360
-"""Buckets the ring keeps: an hour (``RATE_SLOTS`` in ``lua/lib/rates.lua``)."""
-RATE_KINDS = ("pushed", "duplicate", "done", "failed")
-"""What the ring counts (``RATE_KINDS`` in ``lua/lib/rates.lua``): records pushed, pushes ignored as duplicates,
-records done, and failed attempts (a record deactivated by its last failure included)."""
 HISTORY_SECONDS = RATE_BUCKET_SECONDS * RATE_SLOTS
 
 

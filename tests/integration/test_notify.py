@@ -34,8 +34,9 @@ from dataq.ops.notices import (
     KIND_REDIS_BACK,
     KIND_REDIS_DOWN,
     KIND_SYSTEMIC,
+    Notice,
     crashed_notice,
-    inactive_notice,
+    inactive_records_notice,
     read_off_notice,
     redis_back_notice,
     redis_down_notice,
@@ -47,6 +48,12 @@ from tests.push_support import Certs, make_certs
 RECIPIENTS = ("ops@example.org", "oncall@example.org")
 WAIT = 10.0
 """Seconds a test waits for mail before failing (generous: only a broken notifier takes this long)."""
+
+
+def one_inactive(record_id: str, path: str = "/a", error: str = "e", *, max_errors: int = 0) -> Notice:
+    """What a pop daemon's settlement posts for one record moved to the inactive queue."""
+    return inactive_records_notice("transfer", "host:1:pop:abc", max_errors,
+                                   [{"id": record_id, "path": path, "size": 1, "last_error": error}])
 
 
 class SmtpSink:
@@ -74,7 +81,7 @@ class SmtpSink:
     def stop(self) -> None:
         self.controller.stop()
 
-    async def wait_until(self, condition: Callable[[list[EmailMessage]], bool], timeout: float = WAIT) -> None:
+    async def eventually(self, condition: Callable[[list[EmailMessage]], bool], timeout: float = WAIT) -> None:
         def wait() -> bool:
             with self._changed:
                 return self._changed.wait_for(lambda: condition(self.messages), timeout)
@@ -82,7 +89,7 @@ class SmtpSink:
         assert await asyncio.to_thread(wait), f"mail not received in time; got {len(self.messages)}"
 
     async def wait_for(self, count: int, timeout: float = WAIT) -> list[EmailMessage]:
-        await self.wait_until(lambda messages: len(messages) >= count, timeout)
+        await self.eventually(lambda messages: len(messages) >= count, timeout)
         return list(self.messages)
 
 
@@ -114,8 +121,8 @@ async def test_each_kind_of_notice_is_mailed_at_once_with_its_content(smtp: Smtp
     notifier = MailNotifier(mail_settings(smtp.controller.port), "transfer")
     notifier.start()
     notices = [
-        inactive_notice("transfer", "f45cc4c647913bc6e22df280c733758e", "/data/night1/img_0001.fits", 4,
-                        "rsync: connection refused"),
+        one_inactive("f45cc4c647913bc6e22df280c733758e", "/data/night1/img_0001.fits", "rsync: connection refused",
+                 max_errors=3),
         systemic_notice("transfer", 101, 600, {"rsync: connection refused": 101},
                         [{"id": "aa", "error": "rsync: connection refused"}]),
         read_off_notice("transfer", 1_000_000, 1_000_000, None),
@@ -137,8 +144,9 @@ async def test_each_kind_of_notice_is_mailed_at_once_with_its_content(smtp: Smtp
     assert smtp.envelopes[0] == ("dataq@test.example", list(RECIPIENTS))
 
     inactive = body(mails[KIND_INACTIVE])
-    assert "moved to the inactive queue after 4 failure(s)" in mails[KIND_INACTIVE]["Subject"]
-    for expected in ("id: f45cc4c647913bc6e22df280c733758e", "path: /data/night1/img_0001.fits", "errors: 4",
+    assert "1 record(s) of queue transfer moved to the inactive queue after more than 3 failure(s)" in \
+        mails[KIND_INACTIVE]["Subject"]
+    for expected in ("id: f45cc4c647913bc6e22df280c733758e", "path: /data/night1/img_0001.fits",
                      "last error: rsync: connection refused",
                      "retry: dataq-cli --queue transfer --activate f45cc4c647913bc6e22df280c733758e "
                      "f45cc4c647913bc6e22df280c733758e"):
@@ -163,11 +171,11 @@ async def test_a_burst_of_1000_failures_is_a_handful_of_mails_with_counts_and_ex
     watch = FailureWatch.from_settings(notifier, "transfer", settings)
     for n in range(1000):
         record_id = f"{n:032x}"
-        notifier.post(inactive_notice("transfer", record_id, f"/data/f{n}", 1, "disk full"))
+        notifier.post(one_inactive(record_id, f"/data/f{n}", "disk full"))
         watch.failed(record_id, "disk full")
         if n % 50 == 0:
             await asyncio.sleep(0)  # let the sender run during the burst, as a daemon's loop would
-    await smtp.wait_until(lambda messages: sum(count_of(m) for m in messages if m["X-Dataq-Kind"] == KIND_INACTIVE)
+    await smtp.eventually(lambda messages: sum(count_of(m) for m in messages if m["X-Dataq-Kind"] == KIND_INACTIVE)
                           == 1000)
     assert await notifier.close()
 
@@ -181,7 +189,7 @@ async def test_a_burst_of_1000_failures_is_a_handful_of_mails_with_counts_and_ex
     assert f"{count_of(digest)} notices of kind 'inactive'" in text
     assert text.count("--- ") == 5 and f"--- 5 of {count_of(digest)}," in text
     assert text.count("retry: dataq-cli --queue transfer --activate ") == 5
-    assert f"{count_of(digest)} inactive notices, the first: record " in digest["Subject"]
+    assert f"{count_of(digest)} inactive notices, the first: 1 record(s) " in digest["Subject"]
 
 
 async def sent(notifier: MailNotifier, count: int) -> None:
@@ -205,9 +213,9 @@ async def test_mails_of_one_kind_wait_for_the_interval_but_other_kinds_do_not(sm
     clock = Clock()
     notifier = MailNotifier(mail_settings(smtp.controller.port, interval=600), "transfer", clock=clock)
     notifier.start()
-    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(one_inactive("a" * 32, "/a", "e"))
     await smtp.wait_for(1)
-    notifier.post(inactive_notice("transfer", "b" * 32, "/b", 1, "e"))  # within the interval: held
+    notifier.post(one_inactive("b" * 32, "/b", "e"))  # within the interval: held
     notifier.post(redis_down_notice("transfer", 61, "refused"))  # another kind: goes at once
     await sent(notifier, 2)
     assert notifier.pending == 1
@@ -234,7 +242,7 @@ async def test_posting_never_waits_for_the_mail_server() -> None:
         notifier = MailNotifier(mail_settings(hung.getsockname()[1], timeout=0.2), "transfer", retry_initial=60)
         notifier.start()
         for n in range(20):
-            notifier.post(inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
+            notifier.post(one_inactive(f"{n:032x}", f"/f{n}", "e"))
         assert notifier.pending == 20
         with pytest.raises(BlockingIOError):
             hung.accept()  # the sender has not even connected yet: post only recorded the notices
@@ -247,7 +255,7 @@ async def test_smtp_down_then_up_delivers_after_a_retry() -> None:
     notifier.start()
     with capture_logs() as logs:
         for n in range(20):
-            notifier.post(inactive_notice("transfer", f"{n:032x}", f"/f{n}", 1, "e"))
+            notifier.post(one_inactive(f"{n:032x}", f"/f{n}", "e"))
             await asyncio.sleep(0.02)  # spread over several failed attempts
         assert notifier.sent == 0 and notifier.pending == 20
         # Start the server once an attempt with all 20 has failed: an attempt still carrying fewer (the 20th
@@ -271,10 +279,10 @@ async def test_smtp_down_then_up_delivers_after_a_retry() -> None:
 async def test_close_sends_the_pending_digest_without_waiting_for_the_interval(smtp: SmtpSink) -> None:
     notifier = MailNotifier(mail_settings(smtp.controller.port, interval=3600), "transfer")
     notifier.start()
-    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(one_inactive("a" * 32, "/a", "e"))
     await smtp.wait_for(1)
     for n in range(3):
-        notifier.post(inactive_notice("transfer", f"{n:032x}", "/b", 1, "e"))
+        notifier.post(one_inactive(f"{n:032x}", "/b", "e"))
     assert await notifier.close(within=WAIT)
     assert [count_of(m) for m in smtp.messages] == [1, 3]
 
@@ -282,7 +290,7 @@ async def test_close_sends_the_pending_digest_without_waiting_for_the_interval(s
 async def test_close_gives_up_within_its_time_when_smtp_stays_down() -> None:
     notifier = MailNotifier(mail_settings(free_port()), "transfer", retry_initial=0.05, retry_cap=0.1)
     notifier.start()
-    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(one_inactive("a" * 32, "/a", "e"))
     assert await notifier.close(within=0.5) is False
     assert notifier.pending == 1
 
@@ -324,7 +332,7 @@ async def test_mail_goes_over_tls_with_a_login_whose_password_comes_from_a_file(
                                  password_file=str(tmp_path / "pw"))
         notifier = MailNotifier(settings, "transfer")
         notifier.start()
-        notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+        notifier.post(one_inactive("a" * 32, "/a", "e"))
         [mail] = await sink.wait_for(1)
         assert await notifier.close()
     finally:
@@ -413,7 +421,7 @@ async def test_a_mail_that_cannot_be_built_is_kept_and_the_sender_goes_on(
 
     monkeypatch.setattr(MailNotifier, "build_message", broken_once)
     notifier.start()
-    notifier.post(inactive_notice("transfer", "a" * 32, "/a", 1, "e"))
+    notifier.post(one_inactive("a" * 32, "/a", "e"))
     [mail] = await smtp.wait_for(1)
     assert await notifier.close()
     assert attempts == [KIND_INACTIVE, KIND_INACTIVE] and count_of(mail) == 1

@@ -4,7 +4,8 @@ the last minute (``--summary``, the metrics) and the last hour (rate plots) read
 from __future__ import annotations
 
 from dataq.store import RATE_KINDS, QueueStore
-from dataq.store.rates import HISTORY_SECONDS, RATE_BUCKET_SECONDS, RATE_SLOTS
+from dataq.store.rate_ring import RATE_BUCKET_SECONDS, RATE_SLOTS
+from dataq.store.rates import HISTORY_SECONDS
 from tests.helpers import make_records
 
 WORKER = "host-1:4242:pop:abc123"

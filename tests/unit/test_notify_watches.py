@@ -18,7 +18,7 @@ from dataq.ops.notices import (
     KIND_REDIS_DOWN,
     KIND_SYSTEMIC,
     activate_command,
-    inactive_notice,
+    inactive_records_notice,
     render_text,
 )
 from dataq.ops.watches import FailureWatch, RedisDownWatch
@@ -32,12 +32,13 @@ def test_activate_command_is_the_exact_cli_call_and_quotes_what_needs_it() -> No
     assert shlex.split(activate_command("q", "a b", "c")) == ["dataq-cli", "--queue", "q", "--activate", "a b", "c"]
 
 
-def test_inactive_notice_names_the_record_and_the_command_that_retries_it() -> None:
-    kind, subject, details = inactive_notice("transfer", "f45cc4c6", "/data/a.fits", 4, "host unreachable")
+def test_an_inactive_notice_names_each_record_and_the_command_that_retries_it() -> None:
+    kind, subject, details = inactive_records_notice(
+        "transfer", "host:1:pop:abc", 3, [{"id": "f45cc4c6", "path": "/data/a.fits", "last_error": "host unreachable"}])
     assert kind == KIND_INACTIVE
-    assert "f45cc4c6" in subject
+    assert subject == "1 record(s) of queue transfer moved to the inactive queue after more than 3 failure(s)"
     text = render_text(kind, details)
-    for expected in ("id: f45cc4c6", "path: /data/a.fits", "errors: 4", "last error: host unreachable",
+    for expected in ("id: f45cc4c6", "path: /data/a.fits", "last error: host unreachable",
                      "retry: dataq-cli --queue transfer --activate f45cc4c6 f45cc4c6"):
         assert expected in text
 

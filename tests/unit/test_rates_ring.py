@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from dataq.store.rates import RATE_BUCKET_SECONDS, RATE_KINDS, RATE_SLOTS, RateBucket, RateHistory
+from dataq.store.connection import SCRIPT_NAMES, script_source
+from dataq.store.rate_ring import RATE_BUCKET_SECONDS, RATE_SLOTS, lua_constants
+from dataq.store.rates import RateBucket, RateHistory
 
 
 def bucket(start: float, pushed: int = 0, done: int = 0) -> RateBucket:
@@ -36,10 +38,12 @@ def test_a_window_of_one_bucket_is_the_current_one() -> None:
     assert counts["pushed"] == 10 and covered == 7.5
 
 
-def test_the_lua_library_counts_in_the_same_buckets_and_kinds_as_the_store_reads() -> None:
-    source = (resources.files("dataq.store") / "lua" / "lib" / "rates.lua").read_text()
-    sizes = re.search(r"local RATE_BUCKET_SECONDS, RATE_SLOTS = (\d+), (\d+)", source)
-    kinds = re.search(r"local RATE_KINDS = \{([^}]*)\}", source)
-    assert sizes is not None and kinds is not None
-    assert (int(sizes[1]), int(sizes[2])) == (RATE_BUCKET_SECONDS, RATE_SLOTS)
-    assert tuple(re.findall(r"'(\w+)'", kinds[1])) == RATE_KINDS
+def test_the_lua_library_counts_in_the_buckets_and_kinds_the_store_reads() -> None:
+    """The ring's shape is the store's, put before every script: the library declares none of its own."""
+    library = (resources.files("dataq.store") / "lua" / "lib" / "rates.lua").read_text()
+    assert re.search(r"^local RATE_", library, re.MULTILINE) is None
+    for name in SCRIPT_NAMES:
+        source = script_source(name)
+        assert source.startswith(lua_constants()) and source.count("local RATE_") == 2
+    assert lua_constants() == (f"local RATE_BUCKET_SECONDS, RATE_SLOTS = {RATE_BUCKET_SECONDS}, {RATE_SLOTS}\n"
+                               "local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed' }")

@@ -6,11 +6,11 @@
 -- 'since' the server time the ring began counting (0: with the queue itself, so nothing before it is missing).
 -- 360 slots of 10 s keep an hour; a slot is emptied when a new bucket takes it. Reading the last minute is one
 -- HMGET of a few dozen fields, whatever the traffic: the operator's --summary never reads the event stream.
+-- RATE_BUCKET_SECONDS, RATE_SLOTS and RATE_KINDS are the ring's shape, put before this file by the store from
+-- dataq/store/rate_ring.py (the one place the store that reads the ring also takes them from).
 -- counters, rates: keys (KEYS entries of the calling script)   kind: one of RATE_KINDS   n: records (nothing
 -- is written for n <= 0)
 -- return: nothing
-local RATE_BUCKET_SECONDS, RATE_SLOTS = 10, 360
-local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed' }
 local function tally(counters, rates, kind, n)
   if n <= 0 then return end
   redis.call('HINCRBY', counters, kind, n)
