@@ -12,7 +12,6 @@ away: the next site's outage then holds up nothing at this one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 
 from dataq.config.feed_settings import parse_target
@@ -25,6 +24,7 @@ from dataq.logs import get_logger
 from dataq.protocol import ReplyKind
 from dataq.record import Record
 from dataq.runtime.backoff import Backoff
+from dataq.runtime.supervise import cancel_and_wait
 
 SENDER_RESTART_CAP = 60.0
 """Longest wait before a failed hand-on sender starts again."""
@@ -88,8 +88,8 @@ class HandOn:
         """Stop the sender (what it has in flight gets ``grace`` seconds to be answered) and close the spool."""
         if self._sending is not None:
             self._stop_sending.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._sending, grace + self.timeout)
+            _, running = await asyncio.wait({self._sending}, timeout=grace + self.timeout)
+            await cancel_and_wait(list(running))
         if self._spool is not None:
             await self._spool.close()
 

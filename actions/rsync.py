@@ -129,10 +129,17 @@ async def run_command(argv: list[str]) -> Completed:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
-            await asyncio.shield(asyncio.wait_for(process.wait(), KILL_WAIT))
+            await asyncio.shield(_reaped(process))
         raise
     assert process.returncode is not None
     return Completed(process.returncode, os.fsdecode(stdout), stderr.decode(errors="replace"))
+
+
+async def _reaped(process: asyncio.subprocess.Process) -> None:
+    """Wait up to :data:`KILL_WAIT` seconds for a killed child to be reaped (shielded by the caller: a second
+    cancel must not leave a zombie)."""
+    async with asyncio.timeout(KILL_WAIT):
+        await process.wait()
 
 
 def _unescape(name: str) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dataq.actions.archive.catalog_files import garbage_due
 from dataq.logs import get_logger
+from dataq.runtime.supervise import cancel_and_wait
 
 if TYPE_CHECKING:
     from dataq.actions.archive.compaction import Lease
@@ -45,8 +46,7 @@ class CatalogUpkeep:
         done, _ = await asyncio.wait([self._task], timeout=max(0.0, within))
         if not done:
             log.warning("archive compaction still running at shutdown; stopped")
-            self._task.cancel()
-            await asyncio.wait([self._task])
+            await cancel_and_wait([self._task])  # its lease's Redis calls may lose a single cancel
 
     async def _run(self, spark: Any, partition: str) -> None:
         from dataq.actions.archive.compaction import compact, due

@@ -125,7 +125,8 @@ async def _stop_child(child: Child, within: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), within)
+        async with asyncio.timeout(within):
+            await process.wait()
     except TimeoutError:
         log.warning("daemon did not stop in time; killing it", daemon=child.name, pid=process.pid)
         with contextlib.suppress(ProcessLookupError):

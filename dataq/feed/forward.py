@@ -123,7 +123,8 @@ class Forwarder:
                     if self._draining:
                         return
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), IDLE_RECHECK)
+                        async with asyncio.timeout(IDLE_RECHECK):
+                            await self._wake.wait()
                     continue
             cursor = rows[-1].seq
             for row in await self._without_vanished(rows):
@@ -179,7 +180,8 @@ class Forwarder:
         failing = False
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._settle_now.wait(), SETTLE_EVERY)
+                async with asyncio.timeout(SETTLE_EVERY):
+                    await self._settle_now.wait()
             self._settle_now.clear()
             try:
                 await self._settle()

@@ -35,6 +35,7 @@ from dataq.errors import ConfigError
 from dataq.logs import get_logger
 from dataq.ops.notices import Notice, one_line, render_text
 from dataq.runtime.backoff import Backoff
+from dataq.runtime.supervise import cancel_and_wait
 
 RETRY_INITIAL = 5.0
 """Seconds before the first retry of a failed mail (a relay restarting is back within seconds)."""
@@ -187,9 +188,7 @@ class MailNotifier:
         if task is not None:  # our own (start): it may not have begun running yet
             await asyncio.wait({task}, timeout=within)
             if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait([task])
         elif self._running:  # a supervisor's task: it ends by itself once nothing is pending
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(within):
@@ -228,7 +227,8 @@ class MailNotifier:
                 self._wake.clear()
                 delay = self._next_wake(self._clock())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), None if delay is None else max(0.0, delay))
+                    async with asyncio.timeout(None if delay is None else max(0.0, delay)):
+                        await self._wake.wait()
         finally:
             self._running = False
             self._finished.set()

@@ -127,7 +127,8 @@ class Committer:
     async def drain(self, grace: float) -> bool:
         """Wait until every submission is answered; False if ``grace`` seconds were not enough."""
         try:
-            await asyncio.wait_for(self._idle.wait(), grace)
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
         except TimeoutError:
             return False
         return True

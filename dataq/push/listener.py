@@ -109,7 +109,8 @@ class Listener:
         for connection in list(self.connections):
             connection.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._all_closed.wait(), grace)
+            async with asyncio.timeout(grace):
+                await self._all_closed.wait()
         for connection in list(self.connections):
             connection.abort()
 

@@ -40,7 +40,8 @@ class Backoff:
             await asyncio.sleep(delay)
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
+            async with asyncio.timeout(delay):
+                await stop.wait()
 
     def reset(self) -> None:
         self.attempt = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from dataq.errors import DataqError, StoreUnavailable
@@ -32,7 +32,7 @@ from dataq.logs import get_logger
 from dataq.runtime.backoff import BACKOFF_CAP, Backoff
 
 CANCEL_ATTEMPTS = 3
-"""Times a background task is cancelled before it is given up on (redis-py can swallow one cancel)."""
+"""Times a background task is cancelled before it is given up on (a cancel can be lost: :func:`cancel_and_wait`)."""
 CANCEL_WAIT = 0.5
 """Seconds to wait for background tasks after each cancel."""
 EXIT_FAILED = 1
@@ -129,12 +129,16 @@ async def every(interval: float, stop: asyncio.Event) -> AsyncIterator[float]:
     while not stop.is_set():
         yield time.monotonic()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+            async with asyncio.timeout(interval):
+                await stop.wait()
 
 
-async def cancel_and_wait(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel the tasks and wait for them. A cancel can be swallowed (redis-py loses one that lands while a pub/sub
-    connection is being set up), so it is repeated a few times before giving up on a task."""
+async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel the tasks and wait for them, cancelling again those that go on. A cancel can be lost: Python 3.11's
+    ``asyncio.wait_for`` returns the result, and drops the cancel, when the cancel lands in the same turn of the loop
+    as what it waits for ends (gh-86296, fixed in 3.12), and redis-py sends every command through it when a socket
+    timeout is set, as dataq's clients always have. A task cancelled once in the middle of a Redis call may
+    therefore run on, to wait for ever at its next idle point."""
     pending = {task for task in tasks if not task.done()}
     for _ in range(CANCEL_ATTEMPTS):
         if not pending:

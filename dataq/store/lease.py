@@ -16,6 +16,7 @@ from redis.asyncio.lock import Lock
 
 from dataq.errors import LeaseLost
 from dataq.logs import get_logger
+from dataq.runtime.supervise import cancel_and_wait
 from dataq.store.base import StoreBase
 from dataq.store.connection import translate
 
@@ -67,8 +68,7 @@ async def _keep(lock: Lock, name: str, ttl: float) -> None:
 
 
 async def _let_go(lock: Lock, name: str, renewer: asyncio.Task[None], *, quiet: bool) -> None:
-    renewer.cancel()
-    await asyncio.gather(renewer, return_exceptions=True)
+    await cancel_and_wait([renewer])  # a renewal under way may lose a single cancel, and renew on for ever
     try:
         await lock.release()
     except rexc.LockError as exc:

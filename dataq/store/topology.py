@@ -40,7 +40,8 @@ class TopologyOps(StoreBase):
         # The sentinels' choice now, not the one this client's connections were made to; the daemons ask every
         # few seconds, so their connections also leave a deposed master that takes writes without replicas.
         with contextlib.suppress(TimeoutError):  # sentinels that drop packets: the status says which
-            await asyncio.wait_for(follow_elected_master(self.client.connection_pool), SENTINEL_PROBE_TIMEOUT)
+            async with asyncio.timeout(SENTINEL_PROBE_TIMEOUT):
+                await follow_elected_master(self.client.connection_pool)
         info: dict[str, Any] = await self.r.info("replication")
         master_offset = int(info.get("master_repl_offset", 0))
         replicas = []
@@ -112,7 +113,8 @@ def _slot_range(text: str) -> tuple[int, int]:
 
 async def _answers(sentinel: Any) -> bool:
     try:
-        return bool(await asyncio.wait_for(sentinel.ping(), SENTINEL_PROBE_TIMEOUT))
+        async with asyncio.timeout(SENTINEL_PROBE_TIMEOUT):
+            return bool(await sentinel.ping())
     except (rexc.RedisError, OSError, TimeoutError):
         return False
 

@@ -141,3 +141,41 @@ def test_only_the_store_speaks_redis() -> None:
 def test_modules_stay_under_about_400_lines() -> None:
     long = {module: n for module, path in modules().items() if (n := len(path.read_text().splitlines())) > 420}
     assert long == {}
+
+
+def top_level_imports(folder: Path) -> set[tuple[str, str]]:
+    """(file, first part of the imported name) of every import in the Python files below ``folder``."""
+    found = set()
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found |= {(str(path.relative_to(ROOT)), name.split(".")[0]) for name in names}
+    return found
+
+
+def test_the_tests_and_the_benchmarks_share_the_testbed_and_never_import_each_other() -> None:
+    crossing = sorted(
+        f"{file} imports {name}"
+        for folder, forbidden in (("tests", {"bench"}), ("bench", {"tests"}), ("testbed", {"tests", "bench"}))
+        for file, name in top_level_imports(ROOT / folder)
+        if name in forbidden
+    )
+    assert crossing == []
+
+
+def test_no_module_waits_through_asyncio_wait_for() -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns the result, and drops the cancel, when a cancel lands as what it
+    waits for ends (gh-86296): a task stopped that way runs on. dataq waits with ``asyncio.timeout`` instead, and
+    cancels what calls redis-py (which still uses it) with ``cancel_and_wait``."""
+    waiting = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in modules().values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "wait_for" and ast.unparse(node.value) == "asyncio"
+    )
+    assert waiting == []

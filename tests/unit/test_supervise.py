@@ -115,6 +115,25 @@ async def test_the_first_failure_is_the_one_named_and_cancel_ends_the_rest() -> 
     assert all(task.done() for task in supervisor.tasks)
 
 
+async def test_a_task_whose_cancel_is_lost_in_a_redis_call_is_cancelled_again_until_it_ends() -> None:
+    """Python 3.11's wait_for drops a cancel that lands as what it waits for ends, and redis-py sends every command
+    through it: cancelled once, a task may run on and idle for ever (the liveness test's hang in CI)."""
+    stopping: list[asyncio.Task[None]] = []
+
+    async def part() -> None:
+        sent = asyncio.ensure_future(asyncio.sleep(0))
+        # The daemon's shutdown begins as the send ends: its first cancel lands in wait_for's window.
+        sent.add_done_callback(lambda _: stopping.append(asyncio.create_task(supervise.cancel_and_wait([task]))))
+        await asyncio.wait_for(sent, 5)  # as redis-py sends a command, with a socket timeout
+        await asyncio.Event().wait()  # idle until the next call
+
+    task = asyncio.create_task(part())
+    while not stopping:
+        await asyncio.sleep(0)
+    await stopping[0]
+    assert task.cancelled()
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0

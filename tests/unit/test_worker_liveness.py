@@ -16,6 +16,7 @@ from dataq.ops.notices import LogNotifier
 from dataq.pop import worker as worker_module
 from dataq.pop.worker import PopWorker
 from dataq.record import Record
+from dataq.runtime.supervise import cancel_and_wait
 from dataq.store import QueueStore
 from testbed.actions import action_context, fake_store
 from tests.helpers import make_records
@@ -61,12 +62,13 @@ class Running:
                                  f"postponing={self.worker.settler.postponing}") from None
 
     async def stop(self) -> None:
+        """As the pop daemon stops its parts: the settler is cancelled until it ends (a single cancel can be lost
+        in a Redis call, :func:`~dataq.runtime.supervise.cancel_and_wait`; the hang CI saw twice)."""
         self.worker.stop_claiming()
         await asyncio.wait_for(self.claiming, 10)
         await self.worker.finish(0)
-        self.settling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.settling
+        await cancel_and_wait([self.settling])
+        assert self.settling.done()
 
 
 async def registered_worker(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> PopWorker:
