@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 import redis
 
-from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.embedded.redis_server import PORT_ATTEMPTS, EmbeddedRedis, free_port
 
 LOOPBACK = "127.0.0.1"
 LINK_TIMEOUT = 20.0
@@ -161,7 +161,8 @@ class SentinelTopology:
         deadline = time.monotonic() + READY_TIMEOUT
         while not self._sentinels_agree(master_port):
             if time.monotonic() > deadline:
-                raise AssertionError("the sentinels did not find each other and the replica in time")
+                raise AssertionError(f"the sentinels did not find each other and the replicas in time: "
+                                     f"{self._sentinel_views()}")
             time.sleep(POLL)
 
     def current_master_address(self) -> Address:
@@ -271,27 +272,52 @@ class SentinelTopology:
         return self._plain_ports.get(address[1], address[1])
 
     def _start_sentinel(self, index: int, master_port: int) -> None:
+        """Start sentinel ``index`` on free ports, and again on others if one was taken before it could bind it
+        (by a client's outgoing connection, say: the ports ``free_port`` finds are not held for us)."""
         directory = self._root / f"sentinel-{index}"
         directory.mkdir()
-        port = free_port()
-        tls_lines = ""
-        if self._tls:
-            tls_port = free_port()
-            self._sentinel_tls_ports.append(tls_port)
-            tls_lines = "".join(f"{key} {value}\n" for key, value in self._tls.directives(tls_port))
-        config = directory / "sentinel.conf"
-        config.write_text(
-            f"port {port}\nbind {LOOPBACK}\ndir {directory}\nlogfile {directory / 'sentinel.log'}\n{tls_lines}"
-            f"sentinel monitor {MASTER_NAME} {LOOPBACK} {master_port} {QUORUM}\n"
-            f"sentinel down-after-milliseconds {MASTER_NAME} {self._down_after_ms}\n"
-            f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
-            f"sentinel parallel-syncs {MASTER_NAME} 1\n"
-        )
-        executable = shutil.which("redis-server") or "/usr/bin/redis-server"
-        process = subprocess.Popen([executable, str(config), "--sentinel"], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        self._sentinels.append(process)
-        self.sentinel_ports.append(port)
+        log = directory / "sentinel.log"
+        for _ in range(PORT_ATTEMPTS):
+            port = free_port()
+            tls_port = free_port() if self._tls else None
+            tls_lines = ""
+            if self._tls and tls_port:
+                tls_lines = "".join(f"{key} {value}\n" for key, value in self._tls.directives(tls_port))
+            config = directory / "sentinel.conf"
+            config.write_text(
+                f"port {port}\nbind {LOOPBACK}\ndir {directory}\nlogfile {log}\n{tls_lines}"
+                f"sentinel monitor {MASTER_NAME} {LOOPBACK} {master_port} {QUORUM}\n"
+                f"sentinel down-after-milliseconds {MASTER_NAME} {self._down_after_ms}\n"
+                f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel parallel-syncs {MASTER_NAME} 1\n"
+            )
+            executable = shutil.which("redis-server") or "/usr/bin/redis-server"
+            process = subprocess.Popen([executable, str(config), "--sentinel"], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            if _answers_ping(process, port):
+                self._sentinels.append(process)
+                self.sentinel_ports.append(port)
+                if tls_port:
+                    self._sentinel_tls_ports.append(tls_port)
+                return
+        tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+        raise AssertionError(f"sentinel {index} did not start in {PORT_ATTEMPTS} tries: {tail}")
+
+    def _sentinel_views(self) -> list[str]:
+        """What each sentinel knows: the master it names, how many other sentinels and replicas (for errors)."""
+        views = []
+        for port, process in zip(self.sentinel_ports, self._sentinels, strict=True):
+            if process is None or process.poll() is not None:
+                views.append(f"{port}: not running")
+                continue
+            with loopback_client(port) as sentinel:
+                try:
+                    views.append(f"{port}: master {sentinel.sentinel_get_master_addr_by_name(MASTER_NAME)}, "
+                                 f"{len(sentinel.sentinel_sentinels(MASTER_NAME))} other sentinels, "
+                                 f"{len(sentinel.sentinel_slaves(MASTER_NAME))} replicas")
+                except redis.RedisError as exc:
+                    views.append(f"{port}: {exc}")
+        return views
 
     def _live_sentinel_ports(self) -> list[int]:
         return [port for port, process in zip(self.sentinel_ports, self._sentinels, strict=True) if process]
@@ -309,6 +335,22 @@ class SentinelTopology:
                 if master is None or int(master[1]) != master_port or len(others) < 2 or len(replicas) < self._replicas:
                     return False
         return True
+
+
+def _answers_ping(process: subprocess.Popen[bytes], port: int, timeout: float = READY_TIMEOUT) -> bool:
+    """Whether a started sentinel answers on ``port`` (False once it has exited: a redis-server that cannot bind
+    a port exits); killed if it neither answers nor exits in time."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None:
+        with contextlib.suppress(redis.RedisError), loopback_client(port) as sentinel:
+            if sentinel.ping():
+                return True
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            return False
+        time.sleep(POLL)
+    return False
 
 
 def _signal(server: EmbeddedRedis, number: signal.Signals) -> None:
