@@ -46,6 +46,8 @@ class RunningFeeder:
     stop: asyncio.Event
     task: asyncio.Task[int]
     options: WatchOptions = field(repr=False, default=None)  # type: ignore[assignment]
+    watching: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the directory is watched (a file closed from then on is fed)."""
 
     async def shutdown(self) -> int:
         self.stop.set()
@@ -60,7 +62,8 @@ StartFeeder = Callable[..., Any]
 
 @pytest.fixture
 async def feeder(tmp_path: Path) -> AsyncIterator[StartFeeder]:
-    """``await feeder(targets, root=..., spool=..., **watch options)``: a watcher task, stopped at teardown."""
+    """``await feeder(targets, root=..., spool=..., **watch options)``: a watcher task, watching its directory
+    when it is returned (or ended already: a watch that failed), stopped at teardown."""
     running: list[RunningFeeder] = []
 
     async def start(targets: list[Target], *, root: Path | None = None, spool: Path | None = None,
@@ -71,11 +74,18 @@ async def feeder(tmp_path: Path) -> AsyncIterator[StartFeeder]:
         spool = spool or tmp_path / "spool"
         options = WatchOptions(root=str(root), **{**FAST, **watch})
         link = Link(tuple(targets), window=window, timeout=timeout, failback_after=failback_after, tls=tls)
-        stop = asyncio.Event()
-        task = asyncio.create_task(watch_and_forward(options, str(spool), link, stop, grace=grace))
-        fed = RunningFeeder(root, spool, stop, task, options)
+        stop, watching = asyncio.Event(), asyncio.Event()
+
+        async def watched() -> None:
+            watching.set()
+
+        task = asyncio.create_task(watch_and_forward(options, str(spool), link, stop, grace=grace,
+                                                     on_watching=watched))
+        fed = RunningFeeder(root, spool, stop, task, options, watching)
         running.append(fed)
-        await asyncio.sleep(0)
+        waiting = asyncio.create_task(watching.wait())
+        await asyncio.wait({waiting, task}, timeout=WAIT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
         return fed
 
     yield start

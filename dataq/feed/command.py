@@ -156,8 +156,8 @@ async def feed_command(
 
 async def watch_command(options: WatchOptions, spool: str, link: Link, rules: RecordRules) -> int:
     """``dataq feed --watch``: feed the directory's complete files until SIGTERM or SIGINT; under systemd, ready
-    once the spool is open, and pinging the watchdog while the event loop turns. Like the other daemons, an error
-    of a part nothing awaits stops it (exit status 1), through a supervisor."""
+    once the spool is open and the directory watched, and pinging the watchdog while the event loop turns. Like the
+    other daemons, an error of a part nothing awaits stops it (exit status 1), through a supervisor."""
     stop = asyncio.Event()
     install_stop_signals(stop)
     supervisor = Supervisor(stop)
@@ -171,11 +171,11 @@ async def watch_command(options: WatchOptions, spool: str, link: Link, rules: Re
 
     supervisor.start("watchdog", watchdog)
 
-    async def opened() -> None:
+    async def watching() -> None:
         await ready(f"watching {options.root}")
 
     try:
-        status = await watch_and_forward(options, spool, link, stop, rules=rules, on_ready=opened)
+        status = await watch_and_forward(options, spool, link, stop, rules=rules, on_watching=watching)
     finally:
         await stopping()
         await supervisor.cancel()

@@ -64,14 +64,12 @@ async def watch_and_forward(
     *,
     rules: RecordRules = DEFAULT_RULES,
     grace: float = SHUTDOWN_GRACE,
-    on_ready: Callable[[], Awaitable[None]] | None = None,
+    on_watching: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
-    """Feed the complete files under ``options.root`` until ``stop`` is set (or the watch fails); ``on_ready`` is
-    awaited once the spool is open."""
+    """Feed the complete files under ``options.root`` until ``stop`` is set (or the watch fails); ``on_watching``
+    is awaited once the spool is open and the directory watched (a file closed from then on is fed)."""
     spool = await Spool(spool_dir).open()
     try:
-        if on_ready is not None:
-            await on_ready()
         forwarder = link.forwarder(spool)
 
         async def listed(paths: Iterable[str]) -> None:
@@ -83,7 +81,7 @@ async def watch_and_forward(
             if forgotten:
                 log.info("forgot files no longer in the watched directory", count=forgotten)
 
-        watcher = Watcher(options, on_listed=listed)
+        watcher = Watcher(options, on_listed=listed, on_watching=on_watching)
         intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later)
         log.info("feeding", directory=options.root, spool=spool.directory,
                  targets=[f"{host}:{port}" for host, port in link.targets])

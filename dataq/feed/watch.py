@@ -119,14 +119,16 @@ def _look(paths: Iterable[str]) -> dict[str, Observed]:
 class Watcher:
     """Yields the paths of complete files under a directory, for ever (see the module's docstring).
 
-    ``on_listed`` gets the full listing of the scan at start (the spool forgets the files no longer there).
+    ``on_listed`` gets the full listing of the scan at start (the spool forgets the files no longer there);
+    ``on_watching`` is awaited once the directory is watched: a file closed from then on is seen.
     A path may come more than once (a file closed twice, or closed while the start scan waits for it): the
     consumer recognises a version of a file it took already.
     """
 
-    def __init__(self, options: WatchOptions, on_listed: ListedCallback | None = None) -> None:
+    def __init__(self, options: WatchOptions, on_listed: ListedCallback | None = None,
+                 on_watching: Callable[[], Awaitable[None]] | None = None) -> None:
         self.options = options
-        self.on_listed = on_listed
+        self.on_listed, self.on_watching = on_listed, on_watching
         self._found: asyncio.Queue[str | BaseException] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -151,6 +153,8 @@ class Watcher:
         log.info("watching", directory=root, recursive=self.options.recursive,
                  mode="inotify" if self.options.poll is None else f"poll every {self.options.poll:g} s")
         try:
+            if self.on_watching is not None:
+                await self.on_watching()
             while True:
                 found = await self._found.get()
                 if isinstance(found, BaseException):

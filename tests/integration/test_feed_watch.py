@@ -26,7 +26,6 @@ async def test_a_file_closed_after_writing_is_pushed_with_its_checksum(
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)  # the watch is set up
     checksum = write_file(fed.root / "a.fits", b"x" * 1000)
     assert await until_queued(store, 1) == {checksum: str(fed.root / "a.fits")}
     await until_spool_empty(fed)
@@ -52,7 +51,6 @@ async def test_a_file_moved_into_the_directory_is_pushed(
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     outside = tmp_path / "staging" / "b.fits"
     checksum = write_file(outside, b"moved in")
     os.rename(outside, fed.root / "b.fits")
@@ -64,7 +62,6 @@ async def test_a_file_written_slowly_in_place_is_pushed_once_with_the_checksum_o
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     path = fed.root / "slow.fits"
     data = b""
     with open(path, "wb") as out:
@@ -120,7 +117,6 @@ async def test_recursive_watching_takes_files_of_a_new_subdirectory_even_those_w
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)], recursive=True)
-    await asyncio.sleep(0.5)
     expected = {write_file(fed.root / "night1" / "deep" / f"f{n}", f"night {n}".encode()):
                 str(fed.root / "night1" / "deep" / f"f{n}") for n in range(10)}
     assert await until_queued(store, 10) == expected
@@ -131,7 +127,6 @@ async def test_without_recursive_subdirectories_are_not_fed(
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     write_file(fed.root / "sub" / "f", b"below")
     top = write_file(fed.root / "g", b"top")
     assert await until_queued(store, 1) == {top: str(fed.root / "g")}
@@ -173,7 +168,6 @@ async def test_records_wait_in_the_spool_while_the_push_daemon_is_away_and_go_wh
 ) -> None:
     port = free_port()
     fed = await feeder([(LOOPBACK, port)])
-    await asyncio.sleep(0.5)
     expected = {write_file(fed.root / f"f{n}", f"w {n}".encode()): str(fed.root / f"f{n}") for n in range(10)}
 
     async def spooled() -> bool:
@@ -191,7 +185,6 @@ async def test_a_file_deleted_before_it_is_sent_is_dropped_with_a_warning(
 ) -> None:
     port = free_port()
     fed = await feeder([(LOOPBACK, port)])
-    await asyncio.sleep(0.5)
     write_file(fed.root / "gone", b"soon deleted")
     kept = write_file(fed.root / "kept", b"kept")
 
@@ -211,7 +204,6 @@ async def test_with_the_first_target_down_records_go_to_the_second(
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(LOOPBACK, free_port()), (daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     checksum = write_file(fed.root / "f", b"fail over")
     assert await until_queued(store, 1) == {checksum: str(fed.root / "f")}
     await until_spool_empty(fed)
@@ -224,7 +216,6 @@ async def test_the_first_target_is_tried_again_after_failback_after(
     second = await push_daemon()
     first_port = free_port()
     fed = await feeder([(LOOPBACK, first_port), (second.host, second.port)], failback_after=0.5)
-    await asyncio.sleep(0.5)
     write_file(fed.root / "f1", b"to the second")
     await until_queued(store, 1)
     first = await push_daemon(port=first_port)
@@ -247,7 +238,6 @@ async def test_a_full_disk_under_the_spool_stops_intake_with_a_clear_error_until
     try:
         port = free_port()
         fed = await feeder([(LOOPBACK, port)], spool=small / "spool")
-        await asyncio.sleep(0.5)
         ballast = small / "ballast"
         fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
         with contextlib.suppress(OSError):
@@ -276,7 +266,6 @@ async def test_a_watched_directory_removed_stops_the_feeder_with_an_error_naming
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     fed.root.rmdir()
     with pytest.raises(WatchError, match=f"the watched directory {fed.root} was removed or moved away"):
         await asyncio.wait_for(fed.task, 10)
@@ -293,7 +282,6 @@ async def test_a_subdirectory_renamed_in_the_tree_has_its_new_files_fed_under_it
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)], recursive=True)
-    await asyncio.sleep(0.5)
     (fed.root / "staging").mkdir()
     await asyncio.sleep(0.3)
     os.rename(fed.root / "staging", fed.root / "night1")
@@ -307,7 +295,6 @@ async def test_a_file_name_that_is_not_utf8_does_not_stop_the_feeder(
 ) -> None:
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     with open(os.path.join(os.fsencode(fed.root), b"bad-\xff.fits"), "wb") as out:
         out.write(b"latin-1 name")
     good = write_file(fed.root / "good.fits", b"a good name")
@@ -339,7 +326,6 @@ async def test_a_push_daemon_whose_certificate_is_refused_is_left_for_the_next(
     trusted = await push_daemon(tls_cert=certs.server_cert, tls_key=certs.server_key)
     fed = await feeder([(untrusted.host, untrusted.port), (trusted.host, trusted.port)],
                        tls=client_tls_context(certs.ca))
-    await asyncio.sleep(0.5)
     write_file(fed.root / "f", b"over TLS")
     await until_queued(store, 1)
     await until_spool_empty(fed)
@@ -364,7 +350,6 @@ async def test_a_file_the_feeder_may_not_read_is_looked_at_again_later(
     monkeypatch.setattr(watch, "RETRY_UNREADABLE", 0.5)
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
-    await asyncio.sleep(0.5)
     checksum = write_file(fed.root / "locked.fits", b"mode 0600 at first")
     assert await until_queued(store, 1) == {checksum: str(fed.root / "locked.fits")}
     assert refused == [str(fed.root / "locked.fits")]
