@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 EXTRAS ?= test,spark
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JAVA_PACKAGE := default-jre-headless
+COMMA := ,
 
-.PHONY: system-deps install install-test run test lint typecheck bench clean
+.PHONY: system-deps install install-test run test test-fast lint typecheck bench clean
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
@@ -40,19 +41,36 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: system-deps $(BIN)/python
+# The editable install is redone only when what it is made from changes (a stamp in the virtualenv): the inner
+# loop's `make test-fast` starts its tests at once.
+$(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-$(subst $(COMMA),-,$(EXTRAS)): setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+install: system-deps $(VENV)/.installed
 
 install-test: $(BIN)/python
 	$(MAKE) --no-print-directory system-deps TEST_DEPS=1
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	$(MAKE) --no-print-directory $(VENV)/.installed-$(subst $(COMMA),-,$(EXTRAS))
 
 run: install
 	$(BIN)/dataq run $(if $(CONFIG),--config $(CONFIG))
 
-# -rs (pytest.ini) names every skip; with CI set, tests/conftest.py fails the run on one.
+# -rs (pytest.ini) names every skip; with CI set, tests/conftest.py fails the run on one. The suite runs on
+# TEST_WORKERS processes (pytest-xdist): most tests wait on daemons and topologies, so more workers than cores
+# keep both cores busy. Tests that must share a process or a moment run on one worker (XDIST_GROUPS in
+# tests/conftest.py). test-fast is the inner loop: the unit and integration tiers.
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 test: install-test
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(PARALLEL) $(PYTEST_ARGS)
+
+test-fast: install-test
+	$(BIN)/pytest -q $(PARALLEL) tests/unit tests/integration $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check dataq cli actions tests testbed bench

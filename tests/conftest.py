@@ -7,7 +7,9 @@ was not tested. Only a skip for another operating system (:func:`skip_on_other_o
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,18 +17,74 @@ from typing import Any
 
 import pytest
 import redis
+import structlog
 
 # No test reads the settings of the machine it runs on ($DATAQ_CONFIG, /etc/dataq/dataq.toml): set and empty, the
 # variable means built-in settings wherever a test names no file. Its child processes inherit it.
 os.environ["DATAQ_CONFIG"] = ""
 
 from dataq.embedded.redis_server import EmbeddedRedis
+from dataq.logs import HANDLER_NAME_PREFIX
 from dataq.store import QueueStore
 
 pytest_plugins = [
     "tests.push_support", "tests.cli_support", "tests.replica_support", "tests.sentinel_support",
     "tests.systemd_support", "tests.feed_support", "tests.cluster_support",
 ]
+
+
+class StdoutNow:
+    """structlog's printing logger, writing to whatever ``sys.stdout`` is when it logs: a logger bound during one
+    test (a connection's, a daemon's) and used during a later one writes into that test's capture, never past
+    pytest's onto the terminal."""
+
+    def msg(self, message: str) -> None:
+        sys.stdout.write(message + "\n")
+        sys.stdout.flush()
+
+    log = debug = info = warn = warning = fatal = failure = err = error = critical = exception = msg
+
+
+def log_into_the_tests_capture() -> None:
+    """structlog's defaults (every level, rendered for people), printed through :class:`StdoutNow`."""
+    structlog.reset_defaults()
+    structlog.configure(logger_factory=lambda *args: StdoutNow())
+
+
+log_into_the_tests_capture()
+ROOT_LOG_LEVEL = logging.getLogger().level
+
+
+@pytest.fixture(autouse=True)
+def _logging_of_each_test() -> Iterator[None]:
+    """Whatever a test configured (a command run in process configures dataq's logging) ends with it."""
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if (h.get_name() or "").startswith(HANDLER_NAME_PREFIX)]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(ROOT_LOG_LEVEL)
+    log_into_the_tests_capture()
+
+
+XDIST_GROUPS = {
+    # Tests that run on one worker, one after another (``make test`` runs the suite in parallel, --dist loadgroup):
+    "tests/spark/": "spark",  # one JVM for the Spark tests (one SparkContext at a time per process)
+    "tests/e2e/test_systemd.py": "systemd",  # one virtualenv for the containers, and one boot at a time
+    "tests/e2e/test_systemd_boot.py": "systemd",
+    # Modules whose tests share a module-scoped topology: set up once, not once per worker.
+    "tests/integration/test_cluster.py": "redis-cluster",
+    "tests/integration/test_push_fuzz.py": "push-fuzz",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = next((name for prefix, name in XDIST_GROUPS.items() if item.nodeid.startswith(prefix)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 OTHER_OS = "another operating system: "
 """Starts the reason of the one kind of skip that CI accepts."""

@@ -172,14 +172,18 @@ class SystemdContainer:
         return units
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 60.0) -> Any:
-        """Poll ``predicate()`` until it returns something true; fail naming ``what`` after ``timeout`` s."""
+        """Poll ``predicate()`` until it returns something true; fail naming ``what`` after ``timeout`` s, with
+        the state of every dataq unit then."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+                states = sorted(f"{unit['unit']}: {unit['active']}/{unit['sub']}" for unit in self._units("dataq*"))
+                journal = self.run("journalctl", "--no-pager", "-n", "80", check=False).stdout
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the units: {states}; "
+                                     f"the journal's end:\n{journal}")
             time.sleep(0.2)
 
     def journal_cursor(self) -> str:

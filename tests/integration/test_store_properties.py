@@ -168,18 +168,22 @@ class QueueModel(RuleBasedStateMachine):
     @invariant()
     def store_matches_model(self) -> None:
         k = self.store.keys
-        r = self.store.r
-        active = self.run(r.lrange(k.active, 0, -1))
-        inactive = self.run(r.lrange(k.inactive, 0, -1))
-        processing = {w: self.run(r.lrange(k.processing(w), 0, -1)) for w in WORKERS}
-        tracked = set(self.run(r.hkeys(k.records)))
+        # One round trip for the whole picture: the invariant runs after every step.
+        pipe = self.store.r.pipeline(transaction=False)
+        pipe.lrange(k.active, 0, -1).lrange(k.inactive, 0, -1)
+        for worker in WORKERS:
+            pipe.lrange(k.processing(worker), 0, -1)
+        pipe.hkeys(k.records).hgetall(k.errors)
+        active, inactive, *lists, keys, error_counts = self.run(pipe.execute())
+        processing = dict(zip(WORKERS, lists, strict=True))
+        tracked = set(keys)
         assert active == self.active
         assert inactive == self.inactive
         assert processing == self.processing
         places = active + inactive + [i for p in processing.values() for i in p]
         assert len(places) == len(set(places)), "an id is in two places"
         assert tracked == set(places), "records hash and lists disagree"
-        errors = {i: int(n) for i, n in self.run(r.hgetall(k.errors)).items()}
+        errors = {i: int(n) for i, n in error_counts.items()}
         assert errors == self.errors
         summary = self.run(self.store.summary())
         assert (summary.active, summary.inactive, summary.in_flight, summary.tracked) == (
@@ -193,7 +197,7 @@ class QueueModel(RuleBasedStateMachine):
 def test_store_keeps_every_record_in_exactly_one_place(redis_url: str) -> None:
     QueueModel.redis_url = redis_url
     runner = settings(
-        max_examples=500,
+        max_examples=200,
         stateful_step_count=25,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -39,7 +39,7 @@ def outcome(parse: object, line: str | bytes, rules: RecordRules) -> Record | st
         return f"InvalidRecord: {exc}"
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(paths, checksums, sizes, separators, separators, endings, st.booleans(),
        st.sampled_from([RecordRules(), RecordRules(r"[0-9A-Fa-f]{30,34}"), RecordRules(r".+")]))
 def test_every_line_parses_the_same_with_or_without_the_common_line_match(
