@@ -68,22 +68,35 @@ def _logging_of_each_test() -> Iterator[None]:
 
 
 XDIST_GROUPS = {
-    # Tests that run on one worker, one after another (``make test`` runs the suite in parallel, --dist loadgroup):
+    # Tests that run on one worker, one after another (``make test`` runs the suite in parallel, --dist loadgroup;
+    # the biggest groups start first):
     "tests/spark/": "spark",  # one JVM for the Spark tests (one SparkContext at a time per process)
     "tests/e2e/test_systemd.py": "systemd",  # one virtualenv for the containers, and one boot at a time
     "tests/e2e/test_systemd_boot.py": "systemd",
     # Modules whose tests share a module-scoped topology: set up once, not once per worker.
     "tests/integration/test_cluster.py": "redis-cluster",
     "tests/integration/test_push_fuzz.py": "push-fuzz",
+    "tests/unit/test_parallel_groups.py::test_probe": "parallel-groups-probe",  # checks that groups work
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = next((name for prefix, name in XDIST_GROUPS.items() if item.nodeid.startswith(prefix)), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def xdist_group(nodeid: str) -> str | None:
+    return next((name for prefix, name in XDIST_GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``, the groups of :data:`XDIST_GROUPS`. pytest-xdist's own groups come from
+    ``xdist_group`` marks, which it records by renaming each test's node id, and pytest 9 no longer takes that
+    rename: a scheduler that groups by the node id's path serves instead."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PathGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or nodeid
+
+    return PathGroups(config, log)
 
 
 OTHER_OS = "another operating system: "
