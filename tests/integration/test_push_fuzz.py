@@ -14,6 +14,7 @@ from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.errors import InvalidRecord
 from dataq.protocol import clean_message
 from dataq.record import format_line, parse_line
+from tests.conftest import TEST_APPENDFSYNC
 from tests.helpers import checksum_of, make_records
 from tests.push_support import LOOPBACK, REPLY_TIMEOUT, push_settings, threaded_push
 
@@ -36,10 +37,17 @@ lines = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def fuzz_port(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def fuzz_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A push daemon for the module, on a Redis of its own: the session's holds what the test before left there
+    (``read`` switched off, say, which would leave every line unanswered)."""
     data_dir: Path = tmp_path_factory.mktemp("fuzz")
-    with threaded_push(push_settings(redis_server.url, data_dir, max_line_bytes=MAX_LINE)) as port:
-        yield port
+    server = EmbeddedRedis(data_dir / "redis", port=0, appendfsync=TEST_APPENDFSYNC)
+    server.start()
+    try:
+        with threaded_push(push_settings(server.url, data_dir, max_line_bytes=MAX_LINE)) as port:
+            yield port
+    finally:
+        server.stop()
 
 
 def expected_reply(line: bytes) -> tuple[str, str]:
@@ -62,6 +70,9 @@ def read_lines(sock: socket.socket, count: int) -> list[bytes]:
     return buffer.split(b"\n")[:count]
 
 
+# A hang makes every example and every shrinking step wait for REPLY_TIMEOUT, and hypothesis takes the signal
+# pytest-timeout raises for a failure to shrink: the thread method ends the worker instead.
+@pytest.mark.timeout(120, method="thread")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(lines, min_size=1, max_size=25))
 def test_random_lines_each_get_exactly_one_reply_in_order_and_the_connection_stays_usable(
