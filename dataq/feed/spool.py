@@ -237,12 +237,16 @@ class Spool:
     def _settle(self, done: Sequence[int], refused: Sequence[tuple[int, str]], now: float) -> None:
         with self._transaction() as cursor:
             cursor.executemany("DELETE FROM outbox WHERE seq = ?", [(seq,) for seq in done])
+            # Counted as taken out, not as given: answers settled again (a settlement whose caller was cancelled
+            # while it ran, then retried) count once.
+            taken = cursor.rowcount if done else 0
             cursor.executemany("UPDATE outbox SET refused = ?, refused_at = ? WHERE seq = ?",
                                [(reason, now, seq) for seq, reason in refused])
             if done:
                 _set_notes(cursor, last_success=now)
+            if taken:
                 cursor.execute("INSERT INTO notes (key, value) VALUES ('answered', ?) "
-                               "ON CONFLICT (key) DO UPDATE SET value = value + excluded.value", (len(done),))
+                               "ON CONFLICT (key) DO UPDATE SET value = value + excluded.value", (taken,))
             if refused:
                 _set_notes(cursor, last_refusal=now)
 

@@ -43,6 +43,20 @@ async def test_records_are_pending_in_the_order_taken_in_until_answered(tmp_path
         await spool.close()
 
 
+async def test_answers_settled_twice_are_counted_once(tmp_path: Path) -> None:
+    """A settlement cancelled while its transaction ran is retried by the forwarder: the records are gone by
+    then, and --status must not count them as answered twice."""
+    spool = await opened(tmp_path / "s")
+    try:
+        await spool.add([entry(n) for n in range(3)])
+        seqs = [row.seq for row in await spool.pending(0, 10)]
+        await spool.settle(seqs, [])
+        await spool.settle(seqs, [])
+        assert read_spool_status(spool.directory).notes["answered"] == 3
+    finally:
+        await spool.close()
+
+
 async def test_what_was_taken_in_survives_a_reopen(tmp_path: Path) -> None:
     spool = await opened(tmp_path / "s")
     await spool.add([entry(1, local=True)])
