@@ -11,7 +11,9 @@ import pytest
 from dataq.config import QueueSettings
 from dataq.errors import StoreUnavailable
 from dataq.ops.notices import LogNotifier
+from dataq.pop import settler as settler_module
 from dataq.pop.settler import Settler
+from dataq.runtime.backoff import Backoff
 from dataq.store import FailOutcome, QueueList, QueueStore, RetryPolicy, connect
 from dataq.store.lifecycle import NO_DELAY
 from testbed.waits import eventually
@@ -34,6 +36,17 @@ class LosesTheFirstFailReply(QueueStore):
         return outcomes
 
 
+class RetryWhenTold(Backoff):
+    """The settler's wait before it retries after an outage, held until the test lets it go (``go``): the test
+    claims the record again first, whatever the machine's load (a retry after the usual few milliseconds could
+    come first, and settle the failure a second time)."""
+
+    go = asyncio.Event()
+
+    async def wait(self, stop: asyncio.Event | None = None) -> None:
+        await self.go.wait()
+
+
 @pytest.fixture
 async def flaky(redis_url: str) -> AsyncIterator[LosesTheFirstFailReply]:
     store = LosesTheFirstFailReply(connect(redis_url), "transfer")
@@ -42,8 +55,10 @@ async def flaky(redis_url: str) -> AsyncIterator[LosesTheFirstFailReply]:
 
 
 async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_is_claimed_again(
-    flaky: LosesTheFirstFailReply,
+    flaky: LosesTheFirstFailReply, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(settler_module, "Backoff", RetryWhenTold)
+    RetryWhenTold.go = asyncio.Event()
     (record,) = make_records(1)
     await flaky.push_batch([record], source="t")
     await flaky.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
@@ -61,6 +76,7 @@ async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_
         # The record is runnable again, and this worker claims it before the settler retries.
         assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
         settler.claimed_again(record.id)
+        RetryWhenTold.go.set()
 
         async def slot_freed() -> bool:
             return freed == [record.id]
