@@ -71,7 +71,9 @@ def read_status(connection: sqlite3.Connection, directory: str, held_by: int | N
 def read_spool_status(directory: str) -> SpoolStatus:
     """The status of the spool ``directory`` without taking its lock (its feeder may be running)."""
     directory = os.path.abspath(directory)
-    return _with_spool(directory, lambda connection: read_status(connection, directory, held_by(directory)))
+    holder = held_by(directory)
+    return _with_spool(directory, lambda connection: read_status(connection, directory, holder),
+                       being_created=SpoolStatus(directory, 0, None, 0, [], 0, 0, {}, holder))
 
 
 def retry_refused(directory: str) -> int:
@@ -92,11 +94,12 @@ def retry_refused(directory: str) -> int:
             raise
         return count
 
-    return _with_spool(os.path.abspath(directory), move)
+    return _with_spool(os.path.abspath(directory), move, being_created=0)
 
 
-def _with_spool(directory: str, use: Callable[[sqlite3.Connection], T]) -> T:
-    """``use`` a connection to an existing spool, without its lock."""
+def _with_spool(directory: str, use: Callable[[sqlite3.Connection], T], *, being_created: T) -> T:
+    """``use`` a connection to an existing spool, without its lock; ``being_created`` if the spool's database
+    is still empty: a feeder that starts on a new spool creates the file first and its tables a moment later."""
     file = os.path.join(directory, DATABASE)
     if not os.path.exists(file):
         raise SpoolError(f"no spool in {directory} (no {DATABASE}): is that the feeder's --spool?")
@@ -104,7 +107,10 @@ def _with_spool(directory: str, use: Callable[[sqlite3.Connection], T]) -> T:
         connection = sqlite3.connect(file, isolation_level=None)
         try:
             wal_pragmas(connection)
-            if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0 and connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                return being_created
+            if version != SCHEMA_VERSION:
                 raise SpoolCorrupt(f"{file} is not a dataq spool")
             return use(connection)
         finally:
