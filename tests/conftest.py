@@ -33,25 +33,37 @@ pytest_plugins = [
 ]
 
 
-class StdoutNow:
-    """structlog's printing logger, writing to whatever ``sys.stdout`` is when it logs: a logger bound during one
-    test (a connection's, a daemon's) and used during a later one writes into that test's capture, never past
-    pytest's onto the terminal."""
-
-    def msg(self, message: str) -> None:
-        sys.stdout.write(message + "\n")
-        sys.stdout.flush()
-
-    log = debug = info = warn = warning = fatal = failure = err = error = critical = exception = msg
+def printable(logger: object, method: str, line: str) -> str:
+    """A path that is not UTF-8 is logged with its undecodable bytes as surrogates, which a terminal's stderr
+    escapes (as dataq's own console logging relies on) but pytest-xdist cannot send from a worker: escaped here."""
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def log_into_the_tests_capture() -> None:
-    """structlog's defaults (every level, rendered for people), printed through :class:`StdoutNow`."""
+    """structlog's events, rendered for people, handed to the stdlib logger of their module: pytest captures
+    those test by test (shown with a failing test's report, readable with ``caplog``), and drops what is logged
+    between two tests (a connection closing late, a daemon's last words), so nothing reaches pytest's own output
+    or the output of a command a test runs in process. The level is pytest.ini's ``log_level``."""
     structlog.reset_defaults()
-    structlog.configure(logger_factory=lambda *args: StdoutNow())
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.processors.TimeStamper(fmt="%H:%M:%S.%f"),
+            structlog.dev.ConsoleRenderer(colors=False),
+            printable,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
 
 
 log_into_the_tests_capture()
+# Without a handler of its own, the root logger would print warnings logged outside any test to stderr.
+logging.getLogger().addHandler(logging.NullHandler())
 ROOT_LOG_LEVEL = logging.getLogger().level
 
 
@@ -160,8 +172,6 @@ async def store(redis_url: str) -> AsyncIterator[QueueStore]:
 
 def skip_on_other_os(reason: str) -> pytest.MarkDecorator:
     """Skip unless on Linux: the one skip CI lets through (``reason`` says what Linux has that others lack)."""
-    import sys
-
     return pytest.mark.skipif(not sys.platform.startswith("linux"), reason=OTHER_OS + reason)
 
 

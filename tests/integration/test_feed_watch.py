@@ -230,7 +230,7 @@ async def test_the_first_target_is_tried_again_after_failback_after(
 
 async def test_a_full_disk_under_the_spool_stops_intake_with_a_clear_error_until_there_is_room_again(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str]
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     small = tmp_path / "small"
     small.mkdir()
@@ -248,7 +248,7 @@ async def test_a_full_disk_under_the_spool_stops_intake_with_a_clear_error_until
                     for n in range(200)}
 
         async def intake_stopped() -> bool:
-            return "intake stopped: the spool's disk is full" in capsys.readouterr().out
+            return "intake stopped: the spool's disk is full" in caplog.text
 
         await eventually(intake_stopped)
         assert fed.status().pending < 200

@@ -135,5 +135,5 @@ async def test_the_feed_command_draws_a_progress_bar_on_a_terminal_and_prints_a_
     assert status == 0
     last = terminal.getvalue().rsplit("\r", 1)[-1]
     assert last.startswith(f"[{'#' * 30}] 5/5  pushed 5, ignored 0, errors 0") and last.endswith("\n")
-    printed = capsys.readouterr().out.splitlines()  # (the in-process daemon logs there too)
+    printed = capsys.readouterr().out.splitlines()
     assert any(line.startswith("pushed 5, ignored 0, errors 0 in ") for line in printed)
