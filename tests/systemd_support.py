@@ -5,7 +5,7 @@
 ``make install-systemd`` stages (its ``DESTDIR``), the settings as ``/etc/dataq``, a fixed machine-id (without
 one, the first boot enables every unit by its preset, which a real host does not), and a virtualenv at
 ``/opt/dataq`` made with Debian's ``/usr/bin/python3`` (the units hide /root and /home, where this image's own
-Python lives) from wheels of this checkout. Everything is driven as an operator would, with ``nsenter`` into the
+Python lives) with this checkout installed. Everything is driven as an operator would, with ``nsenter`` into the
 container: ``systemctl``, ``dataq-cli``, ``dataq feed``.
 
 Hand-written rather than a library: no Python package drives nspawn, and these are a handful of commands.
@@ -33,6 +33,9 @@ DATAQ_CLI = f"{VENV_IN_CONTAINER}/bin/dataq-cli"
 BOOT_TIMEOUT = 60.0
 COMMAND_TIMEOUT = 120.0
 POWEROFF_TIMEOUT = 60.0
+POLL_FIRST = 0.2
+POLL_MAX = 1.5
+"""Seconds between two looks at a container (:meth:`SystemdContainer.wait_for`): first, and at most."""
 BOOTS = itertools.count(1)
 OPERATOR_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
                 "LANG": "C.UTF-8"}
@@ -61,19 +64,19 @@ def stage_install(stage: Path) -> None:
 
 
 def build_venv(work: Path) -> Path:
-    """A virtualenv of this checkout for ``/opt/dataq``, made inside a container from wheels built here (the
-    container has no network): returns the host directory to bind there."""
-    # Wheels resolved by the container's Python itself (3.11.2 needs packages that 3.11.7 does not).
-    builder, wheels = work / "builder", work / "wheels"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", str(builder)], check=True, capture_output=True, timeout=120)
-    subprocess.run([str(builder / "bin/pip"), "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir",
-                    str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    """A virtualenv of this checkout for ``/opt/dataq``: returns the host directory to bind there.
+
+    Made here with the container's own Python (the host's /usr, which the container shares: 3.11.2 needs packages
+    that the tests' 3.11.7 does not), then moved: a virtualenv finds its packages from where its ``python`` is,
+    and only its scripts' first lines name the directory it was made in."""
     venv = work / "opt-dataq"
-    venv.mkdir()
-    script = (f"/usr/bin/python3 -m venv {VENV_IN_CONTAINER} && {VENV_IN_CONTAINER}/bin/pip install --quiet "
-              f"--disable-pip-version-check --no-index --find-links /wheels dataq")
-    subprocess.run([*NSPAWN, f"--bind={venv}:{VENV_IN_CONTAINER}", f"--bind-ro={wheels}:/wheels",
-                    "/bin/sh", "-c", script], check=True, capture_output=True, timeout=600)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+    subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    made_here = f"#!{venv}/bin/".encode()
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink() and (text := script.read_bytes()).startswith(made_here):
+            script.write_bytes(text.replace(made_here, f"#!{VENV_IN_CONTAINER}/bin/".encode(), 1))
     return venv
 
 
@@ -173,8 +176,10 @@ class SystemdContainer:
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 60.0) -> Any:
         """Poll ``predicate()`` until it returns something true; fail naming ``what`` after ``timeout`` s, with
-        the state of every dataq unit then."""
+        the state of every dataq unit then. A predicate may start a Python program in the container (dataq-cli):
+        the polls come further apart as the wait goes on, not to keep a core busy."""
         deadline = time.monotonic() + timeout
+        pause = POLL_FIRST
         while True:
             value = predicate()
             if value:
@@ -184,7 +189,8 @@ class SystemdContainer:
                 journal = self.run("journalctl", "--no-pager", "-n", "80", check=False).stdout
                 raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the units: {states}; "
                                      f"the journal's end:\n{journal}")
-            time.sleep(0.2)
+            time.sleep(pause)
+            pause = min(POLL_MAX, pause * 1.5)
 
     def journal_cursor(self) -> str:
         """Where the journal ends now, for :meth:`journal` to read what comes after."""
