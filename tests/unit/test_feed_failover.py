@@ -25,6 +25,13 @@ def on_the_second(failover: Failover) -> None:
     failover.connected(0.0)
 
 
+def failing_back(failover: Failover) -> None:
+    """On the second since time 0, then leaving it for the first after ``FAILBACK_AFTER``."""
+    on_the_second(failover)
+    assert failover.leave_due(FAILBACK_AFTER)
+    assert failover.ended() == Step(0, failure=False)
+
+
 def test_a_feeder_tries_the_first_push_daemon_first() -> None:
     failover = machine()
     assert failover.current == 0 and failover.phase is Phase.TRYING_NEXT
@@ -108,27 +115,21 @@ def test_on_a_later_one_it_leaves_after_failback_after_and_then_fails_back_to_th
 
 def test_failing_back_to_a_first_still_away_returns_to_the_later_one_at_once_unreported() -> None:
     failover = machine()
-    on_the_second(failover)
-    failover.leave_due(FAILBACK_AFTER)
-    failover.ended()
+    failing_back(failover)
     assert failover.connect_failed(FAILBACK_AFTER, "refused") == Step(1, failure=False)
     assert failover.phase is Phase.TRYING_NEXT
 
 
 def test_failing_back_to_a_first_that_drops_the_connection_at_once_returns_to_the_later_one() -> None:
     failover = machine()
-    on_the_second(failover)
-    failover.leave_due(FAILBACK_AFTER)
-    failover.ended()
+    failing_back(failover)
     failover.connected(FAILBACK_AFTER)
     assert failover.lost(FAILBACK_AFTER + 1, "connection lost: reset", progressed=False) == Step(1, failure=False)
 
 
 def test_a_first_that_worked_for_a_while_after_failing_back_fails_like_any_other() -> None:
     failover = machine()
-    on_the_second(failover)
-    failover.leave_due(FAILBACK_AFTER)
-    failover.ended()
+    failing_back(failover)
     failover.connected(FAILBACK_AFTER)
     assert failover.lost(FAILBACK_AFTER + 5, "connection lost: reset", progressed=True) == Step(1, failure=True)
 
@@ -141,9 +142,7 @@ def test_a_connection_that_ends_with_everything_answered_ends_the_feed() -> None
 
 def test_back_on_the_later_one_the_failback_clock_starts_again() -> None:
     failover = machine()
-    on_the_second(failover)
-    failover.leave_due(FAILBACK_AFTER)
-    failover.ended()
+    failing_back(failover)
     failover.connect_failed(FAILBACK_AFTER, "refused")
     failover.connected(FAILBACK_AFTER + 1)
     assert not failover.leaving and not failover.leave_due(2 * FAILBACK_AFTER)

@@ -110,6 +110,8 @@ async def test_another_sqlite_database_is_not_taken_for_a_spool(tmp_path: Path) 
         other.execute("CREATE TABLE accounts (id)")
     with pytest.raises(SpoolCorrupt, match="not a dataq spool"):
         await opened(directory)
+    with pytest.raises(SpoolCorrupt, match="not a dataq spool"):
+        read_spool_status(str(directory))
 
 
 def test_a_spool_whose_feeder_is_creating_it_reads_as_empty_not_as_a_foreign_database(tmp_path: Path) -> None:
@@ -119,15 +121,6 @@ def test_a_spool_whose_feeder_is_creating_it_reads_as_empty_not_as_a_foreign_dat
     status = read_spool_status(str(directory))
     assert (status.pending, status.refused, status.files_known) == (0, 0, 0)
     assert retry_refused(str(directory)) == 0
-
-
-async def test_status_of_another_sqlite_database_says_it_is_not_a_spool(tmp_path: Path) -> None:
-    directory = tmp_path / "s"
-    directory.mkdir()
-    with sqlite3.connect(directory / DATABASE) as other:
-        other.execute("CREATE TABLE accounts (id)")
-    with pytest.raises(SpoolCorrupt, match="not a dataq spool"):
-        read_spool_status(str(directory))
 
 
 async def test_status_and_retry_work_beside_a_running_feeder(tmp_path: Path) -> None:
