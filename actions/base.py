@@ -15,8 +15,9 @@ that is not an ActionError is transient if it is the network's (ConnectionError,
 ECONNREFUSED, EHOSTUNREACH...), else it counts.
 
 An action gets its options and an :class:`ActionContext`: the queue's settings, how many records its pop daemon
-runs at once, and leases (one writer at a time for work outside Redis, such as a catalog). It has no other way
-to Redis, and no settings of other sections.
+runs at once, leases (one writer at a time for work outside Redis, such as a catalog), the queue's custody set
+(records handed on to another site), the site's name and the daemon's notifier. It has no other way to Redis,
+and no settings of other sections.
 
 Options fields may be ``str``, ``int``, ``float``, ``bool``, ``tuple[...]`` of those, or ``X | None``; a field
 without a default is a required key. An options field named ``timeout`` (seconds, None = the queue's
@@ -26,12 +27,15 @@ without a default is a required key. An options field named ``timeout`` (seconds
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataq.config import QueueSettings
+from dataq.ops.notices import Notifier
 from dataq.record import Record
+from dataq.store.custody import CustodyEntry, Settle
 
 
 class Leases(Protocol):
@@ -39,6 +43,26 @@ class Leases(Protocol):
 
     def lease(self, name: str, *, ttl: float, wait: float) -> AbstractAsyncContextManager[None]:
         """Hold lease ``name`` inside the block; LeaseLost if not taken within ``wait`` s or found lost after."""
+        ...
+
+
+class Custody(Protocol):
+    """The queue's custody set (:mod:`dataq.store.custody`; the pop daemon's store provides it)."""
+
+    def keep(self, entries: Sequence[CustodyEntry], first_ask: float, now: float | None = None) -> Awaitable[int]:
+        """Put records in custody (or keep them there); the number in custody after."""
+        ...
+
+    def custody_due(self, limit: int, now: float | None = None) -> Awaitable[list[CustodyEntry]]:
+        """Records whose next site is due to be asked."""
+        ...
+
+    def oldest_in_custody(self, limit: int) -> Awaitable[list[CustodyEntry]]:
+        """The records longest in custody, the oldest first."""
+        ...
+
+    def settle(self, ops: Sequence[Settle], resend_wait: float, now: float | None = None) -> Awaitable[list[bool]]:
+        """Apply what the next site answered."""
         ...
 
 
@@ -56,6 +80,12 @@ class ActionContext:
     """Records the pop daemon runs at once (an action that batches records sizes its batches by it)."""
     leases: Leases
     """The queue's leases (:meth:`dataq.store.QueueStore.lease`)."""
+    custody: Custody | None = None
+    """The queue's custody set, for an action that hands records on to another site (None: not kept)."""
+    site: str = ""
+    """This site's name (the setting ``site``)."""
+    notifier: Notifier | None = None
+    """Where the action's notices to operators go (None: the log)."""
 
 
 OptionsT = TypeVar("OptionsT")
@@ -97,6 +127,10 @@ class Action(Generic[OptionsT]):
         the destination cannot be reached now (the record waits, and its errors are not counted), Permanent or
         any other ActionError when the record itself is at fault (counted toward ``max_errors``)."""
         raise NotImplementedError
+
+    def status(self) -> Mapping[str, object]:
+        """What the action adds to its pop daemon's heartbeat (``dataq-cli`` shows it); JSON values only."""
+        return {}
 
     def destination(self, record: Record) -> str | None:
         """Where this action sends the record (a host, a mounted storage), shown when it is unreachable; None:

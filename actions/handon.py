@@ -93,12 +93,24 @@ class HandOn:
         if self._spool is not None:
             await self._spool.close()
 
-    async def __call__(self, record: Record, path: str) -> None:
-        """Hand ``record`` on as ``path``: ActionError if a next site refuses it, Retryable if none answers."""
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The TLS context of the links to the next sites (after :meth:`start`)."""
+        return self._tls
+
+    async def spooled(self, ids: list[str]) -> set[str]:
+        """Those of ``ids`` the hand-on spool still holds (not sent yet, or refused): none without a spool."""
+        if self._spool is None or not ids:
+            return set()
+        return await self._spool.holding(ids)
+
+    async def __call__(self, record: Record, path: str) -> str:
+        """Hand ``record`` on as ``path``; the next site that took it (``""``: kept in the spool). ActionError if
+        a next site refuses it, Retryable if none answers."""
         handed = Record(path=path, checksum=record.checksum, size=record.size)
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
-            return
+            return ""
         (host, port), *others = [parse_site(site) for site in self.sites]
         # One round over the sites, each given ``timeout`` to accept and to answer (the feeder's fail-over); the
         # default window: with a window of exactly one record the feeder would wait for more input.
@@ -118,9 +130,13 @@ class HandOn:
             if reply.kind is ReplyKind.ERROR:
                 raise ActionError(f"next site {site} refused the record: {reply.detail}")
             log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
-            return
+            return self._configured(feeder.host, feeder.port)
         # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
         raise Retryable(f"no next site took the record: {problem}", destination=f"next sites {', '.join(self.sites)}")
+
+    def _configured(self, host: str, port: int) -> str:
+        """The next site as ``next_sites`` writes it."""
+        return next((site for site in self.sites if parse_site(site) == (host, port)), f"{host}:{port}")
 
     async def _keep(self, record: Record, handed: Record) -> None:
         assert self._spool is not None and self._forwarder is not None

@@ -21,7 +21,9 @@ Options (``[queues.NAME.network_move]``):
 ``reread`` (default false)
     With ``verify``, also have the destination read back each file this transfer sent (below).
 ``remove_source`` (default false)
-    Delete the source once the file is verified at the destination and, with ``next_sites``, handed on.
+    ``true``: delete the source once the file is verified at the destination and, with ``next_sites``, handed
+    on. ``"after_receipt"`` (needs ``next_sites``): delete it only once the next site's receipt says the end of
+    the chain holds the file (:mod:`dataq.actions.custody`; README, "Cascades and custody").
 ``io_timeout`` (default 60)
     Seconds rsync may see no data before it gives up (its ``--timeout`` and, for a daemon, ``--contimeout``).
 ``timeout`` (default: the queue's ``action_timeout``)
@@ -42,6 +44,13 @@ Options (``[queues.NAME.network_move]``):
 ``handon_tls_ca``, ``handon_tls_cert``, ``handon_tls_key`` (default none)
     TLS to the next sites' push daemons: a CA to verify them (none: the system's CAs, once TLS is on through
     ``handon_tls_ca`` or ``handon_tls_cert``) and a client certificate and key for mutual TLS.
+``custody`` (default true), ``receipt_interval`` (default 10), ``resend_after`` (default 3600),
+``receipt_alarm`` (default 86400)
+    With ``next_sites`` (and ``custody``), every record handed on stays in this site's custody until the next
+    site answers ``done`` for it (end to end). Each is asked about every ``receipt_interval`` seconds, over the
+    hand-on's connection type and TLS; one the next site does not know ``resend_after`` seconds after its hand-on
+    is sent again (a next site that cannot be reached is an outage: nothing is resent to it); records waiting
+    for their receipt longer than ``receipt_alarm`` seconds make a notice to the operators.
 
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
@@ -81,18 +90,19 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
 from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
 
 from .base import Action, ActionContext
-from .batcher import BatchOptions
+from .custody import SenderCustody
 from .files import SourceMismatch, SourceRead, identity_of, in_thread, read_source_sync, remove_source_sync
-from .handon import HandOn, parse_site
-from .layout import LAYOUT_FIELDS, check_layout, record_values, render
+from .handon import HandOn
+from .layout import record_values, render
+from .move_options import NetworkMoveOptions
 from .rsync import (
     RSYNC_PARTIAL,
     Completed,
@@ -105,84 +115,12 @@ from .rsync import (
     write_list,
 )
 
-DEFAULT_LAYOUT = "{name}"
-DEFAULT_IO_TIMEOUT = 60.0
-DEFAULT_HANDON_TIMEOUT = 10.0
-NEXT_PATH_FIELDS = LAYOUT_FIELDS | {"relpath"}
 NO_DELAY = "--sockopts=TCP_NODELAY"
 CLOSE_GRACE = 30.0
 """Seconds :meth:`NetworkMoveAction.close` lets running batches finish before it kills their rsync (their
 records were not acknowledged and run again)."""
 
 log = get_logger()
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkMoveOptions(BatchOptions):
-    destination: str
-    """Where files go: ``rsync://host[:port]/module/path``, ``[user@]host:path`` or an absolute path."""
-    layout: str = DEFAULT_LAYOUT
-    """The file's path beneath ``destination``."""
-    create_dirs: bool = True
-    """Create ``destination`` if missing (``--mkpath``: rsync 3.2.3 or later on both ends)."""
-    rsync: str = "rsync"
-    """The rsync program."""
-    extra_args: tuple[str, ...] = ()
-    """Arguments added to every rsync call."""
-    algorithm: str = DEFAULT_ALGORITHM
-    """hashlib name of the records' checksum."""
-    verify: bool = True
-    """Verify the file at the destination after the transfer."""
-    reread: bool = False
-    """Also have the destination read back each file rsync sent (rsync checks what it wrote against what it
-    sent; this reads it again from the destination's disk)."""
-    remove_source: bool = False
-    """Delete the source once the file is verified (and handed on)."""
-    io_timeout: float = DEFAULT_IO_TIMEOUT
-    """Seconds without data before rsync gives up."""
-    timeout: float | None = None
-    """Seconds one record may take (None: the queue's ``action_timeout``)."""
-    next_sites: tuple[str, ...] = ()
-    """``host:port`` push daemons of the next site, tried in order."""
-    next_path: str | None = None
-    """The record's path at the next site: an absolute template (needed with ``next_sites``)."""
-    handon_timeout: float = DEFAULT_HANDON_TIMEOUT
-    """Seconds a next site has to answer before the next one is tried."""
-    handon_spool: str | None = None
-    """Spool directory: hand-ons are kept there and sent by a sender that never gives up (None: sent at once)."""
-    handon_tls_ca: str | None = None
-    """CA file to verify the next sites' push daemons with (set it or ``handon_tls_cert`` for TLS)."""
-    handon_tls_cert: str | None = None
-    """Client certificate for mutual TLS with the next sites."""
-    handon_tls_key: str | None = None
-    """Key of ``handon_tls_cert``."""
-
-    def __post_init__(self) -> None:
-        destination_kind(self.destination)
-        check_layout(self.layout)
-        check_algorithm(self.algorithm)
-        for name in ("io_timeout", "handon_timeout", "timeout"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value < float("inf"):
-                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        for site in self.next_sites:
-            parse_site(site)
-        if self.next_sites and self.next_path is None:
-            raise ValueError("next_sites needs next_path: the record's path at the next site")
-        if self.next_path is not None:
-            check_layout(self.next_path, NEXT_PATH_FIELDS, absolute=True)
-        handon = ("handon_spool", "handon_tls_ca", "handon_tls_cert", "handon_tls_key")
-        if not self.next_sites and (given := [name for name in handon if getattr(self, name) is not None]):
-            raise ValueError(f"{given[0]} goes with next_sites")
-        if self.handon_spool is not None and not os.path.isabs(self.handon_spool):
-            raise ValueError(f"handon_spool must be an absolute directory, got {self.handon_spool!r}")
-        if (self.handon_tls_cert is None) != (self.handon_tls_key is None):
-            raise ValueError("handon_tls_cert and handon_tls_key go together")
-        self.check_batching()
-
-    @property
-    def handon_tls(self) -> bool:
-        return self.handon_tls_ca is not None or self.handon_tls_cert is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +152,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         self._readers = asyncio.Semaphore(os.cpu_count() or 1)
         self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key))
+        self._custody = SenderCustody(self._hand_on, context, options)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
@@ -222,13 +161,18 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         await asyncio.to_thread(remove_stale_work_dirs)
         if self.options.next_sites:
             await self._hand_on.start()
+            self._custody.start()
 
     async def close(self) -> None:
         await self._batcher.close(CLOSE_GRACE)
+        await self._custody.close()
         await self._hand_on.close(CLOSE_GRACE)
 
     def destination(self, record: Record) -> str | None:
         return self.options.destination
+
+    def status(self) -> Mapping[str, object]:
+        return self._custody.status()
 
     def base_args(self) -> list[str]:
         options = self.options
@@ -258,11 +202,16 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             raise error
         if options.next_sites:
             assert options.next_path is not None
-            await self._hand_on(record, render(options.next_path, {**values, "relpath": relative}, absolute=True))
-        if options.remove_source:
+            site = await self._hand_on(record, render(options.next_path, {**values, "relpath": relative},
+                                                      absolute=True))
+            # In custody before it is done here (and before its source may go): a crash in between runs the
+            # record again, and the next site answers its hand-on Ignored.
+            await self._custody.keep(record, site, source.identity if source is not None else None)
+        removed = options.remove_source is True
+        if removed:
             await asyncio.to_thread(remove_source_sync, record.path)
         log.info("moved", id=record.id, target=join(options.destination, relative), verified=options.verify,
-                 handed_on=bool(options.next_sites), source_removed=options.remove_source)
+                 handed_on=bool(options.next_sites), source_removed=removed)
 
     async def _move_batch(self, moves: list[Move]) -> list[ActionError | None]:
         """Send, then verify, a batch: per record None (its file is at the destination) or what failed."""

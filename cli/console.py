@@ -13,10 +13,13 @@ from typing import NoReturn
 
 import click
 
-from dataq.config import REDIS_URL_ENV, SYSTEM_CONFIG, Settings, describe_source
+from dataq.config import REDIS_URL_ENV, SYSTEM_CONFIG, QueueSettings, Settings, describe_source
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
+from dataq.feed.link import client_tls_context
 from dataq.logs import configure_logging
+from dataq.ops.answers import ReceiptDesk
+from dataq.ops.journey import Tracer
 from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
 
@@ -81,11 +84,11 @@ def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRu
     return tuple(pushes)
 
 
-def _checked_id(record_id: str, rules: RecordRules) -> str:
+def _checked_id(record_id: str, rules: RecordRules, switch: str = "--show") -> str:
     try:
         return rules.check_checksum(record_id)
     except InvalidRecord as exc:
-        raise InvalidRecord(f"--show {record_id!r}: {exc}") from exc
+        raise InvalidRecord(f"{switch} {record_id!r}: {exc}") from exc
 
 
 def _check_files(load: str | None, dump: str | None) -> None:
@@ -139,6 +142,8 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many records of the list first.")
 @click.option("--show", metavar="ID", default=None,
               help="Everything about one record: fields, where it is, errors, last error, events.")
+@click.option("--trace", metavar="ID", default=None,
+              help="One record's journey across the sites of a cascade: pushed, done, handed on, receipt.")
 @click.option("-a", "--action", type=ON_OFF, default=None, help="Turn on/off running actions on queue records.")
 @click.option("-r", "--read", type=ON_OFF, default=None, help="Turn on/off reading feeders and pushing to the queue.")
 @click.option("--clear", is_flag=True, help="Forget every record of the queue without running any action.")
@@ -178,6 +183,7 @@ def main(
     limit: int | None,
     offset: int,
     show: str | None,
+    trace: str | None,
     action: str | None,
     read: str | None,
     clear: bool,
@@ -234,6 +240,7 @@ def main(
             offset=offset,
             limit=limit,
             show=None if show is None else _checked_id(show, queue.rules),
+            trace=None if trace is None else _checked_id(trace, queue.rules, "--trace"),
             events=DEFAULT_EVENTS if follow and events is None else events,
             follow=follow,
             workers=workers,
@@ -252,7 +259,8 @@ def main(
     except DataqError as exc:
         _fail(str(exc), EXIT_CONFIG)
     out = Renderer(queue.name, as_json=as_json)
-    ctx = Context(store, request, out, queue.rules, progress=files.show_progress(as_json))
+    ctx = Context(store, request, out, queue.rules, progress=files.show_progress(as_json),
+                  tracer=None if trace is None else _tracer(settings, queue))
     try:
         status = asyncio.run(execute(ctx))
     except BrokenPipeError:
@@ -272,6 +280,20 @@ def main(
     except DataqError as exc:
         _fail(str(exc), EXIT_FAILURE)
     raise SystemExit(status)
+
+
+def _tracer(settings: Settings, queue: QueueSettings) -> Tracer:
+    """How --trace asks the next sites: as this site, over the hand-on's TLS, within its timeout."""
+    from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
+    from dataq.actions.network_move import NetworkMoveAction
+    from dataq.actions.registry import options_of
+
+    options = options_of(queue, NetworkMoveAction, settings.source)
+    if options is None:
+        return Tracer(ReceiptDesk(settings.site, queue.max_errors), None, DEFAULT_HANDON_TIMEOUT)
+    tls = (client_tls_context(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key)
+           if options.handon_tls else None)
+    return Tracer(ReceiptDesk(settings.site, queue.max_errors, options.next_sites), tls, options.handon_timeout)
 
 
 def _silence_stdout() -> None:

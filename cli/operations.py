@@ -13,8 +13,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from dataq.ops.custody_report import custody_report
 from dataq.ops.health import check_health, rates, unreachable_destinations
+from dataq.ops.journey import Tracer
 from dataq.protocol import ignored_reply, pushed_reply
+from dataq.receipts import UNKNOWN
 from dataq.record import Record, RecordRules
 from dataq.store import Flag, QueueList, QueueStore
 
@@ -57,6 +60,8 @@ class Request:
     limit: int | None = None
     show: str | None = None
     """The id --show asks about (checked against the queue's checksum pattern)."""
+    trace: str | None = None
+    """The id --trace follows across the sites (checked as --show's)."""
     events: int | None = None
     follow: bool = False
     workers: bool = False
@@ -75,6 +80,8 @@ class Context:
     status: int = field(default=EXIT_OK)
     follow_from: str | None = None
     """The id of the last event --events showed (--follow shows what comes after it)."""
+    tracer: Tracer | None = None
+    """Follows a record across the sites (--trace)."""
 
 
 def _list_of(name: str | None) -> QueueList | None:
@@ -223,6 +230,16 @@ async def _health(ctx: Context) -> None:
         ctx.status = EXIT_FAILURE
 
 
+async def _trace(ctx: Context) -> None:
+    if ctx.request.trace is None:
+        return
+    assert ctx.tracer is not None
+    hops = await ctx.tracer.trace(ctx.store, ctx.request.trace)
+    ctx.out.trace(ctx.request.trace, hops)
+    if hops[0].state == UNKNOWN:
+        ctx.status = EXIT_FAILURE
+
+
 async def _summary(ctx: Context) -> None:
     if not ctx.request.summary:
         return
@@ -231,7 +248,7 @@ async def _summary(ctx: Context) -> None:
     alive = sum(1 for w in workers if w.heartbeat is not None)
     replication = await ctx.store.replication_status() if ctx.store.highly_available else None
     ctx.out.summary(summary, alive, await rates(ctx.store), replication,
-                    unreachable_destinations(workers, summary))
+                    unreachable_destinations(workers, summary), await custody_report(ctx.store, summary, workers))
 
 
 async def _follow(ctx: Context) -> None:
@@ -270,6 +287,7 @@ PLAN: tuple[tuple[str, str, Step], ...] = (
     ("--dump", "write the list to a file", _dump),
     ("--list", "print the list", _list),
     ("--show", "print everything about one record", _show),
+    ("--trace", "follow one record across the sites", _trace),
     ("--events", "print the last events", _events),
     ("--workers", "print the worker registry", _workers),
     ("--info", "print the Redis server's state", _info),

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from dataq.ops.custody_report import CustodyReport
 from dataq.ops.documents import (
     describe_place,
     event_doc,
@@ -24,8 +25,11 @@ from dataq.ops.documents import (
     worker_doc,
 )
 from dataq.ops.health import Rates, Unreachable, replication_problems
+from dataq.ops.journey import Hop, latencies
 from dataq.record import Record, format_list_line
 from dataq.store import ClusterMember, Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
+
+from .journeys import custody_lines, trace_lines
 
 MOVE_MESSAGES = {
     "advance": "Advanced {n} records to next-in-line",
@@ -154,6 +158,13 @@ class Renderer:
         for event in view.events:
             self.event(event)
 
+    def trace(self, record_id: str, hops: list[Hop]) -> None:
+        if self.as_json:
+            self._doc("trace", id=record_id, hops=[hop.as_dict() for hop in hops],
+                      hop_seconds=latencies(hops))
+            return
+        self._text("\n".join(trace_lines(record_id, hops)))
+
     def list_end(self, count: int) -> None:
         if self.as_json:
             click.echo(f'], "count": {count}}}')
@@ -218,9 +229,12 @@ class Renderer:
             self._text(f"{'OK' if healthy else 'UNHEALTHY'}: {reason}")
 
     def summary(self, summary: Summary, alive: int, rates: Rates,
-                replication: ReplicationStatus | None = None, unreachable: Sequence[Unreachable] = ()) -> None:
+                replication: ReplicationStatus | None = None, unreachable: Sequence[Unreachable] = (),
+                custody: CustodyReport | None = None) -> None:
         if self.as_json:
             extra: dict[str, Any] = {} if replication is None else {"replication": _replication_doc(replication)}
+            if custody is not None:
+                extra["custody"] = custody.as_dict(time.time())
             self._doc(
                 "summary",
                 **extra,
@@ -263,6 +277,8 @@ class Renderer:
         ]
         lines += [f"  unreachable: {u.destination} since {when(u.since)} ({_duration(time.time() - u.since)}), "
                   f"{u.waiting} records waiting; last error: {_one_line(u.error)}" for u in unreachable]
+        if custody is not None:
+            lines += custody_lines(custody)
         if replication is not None:
             lines += [f"  {key + ':':<10} {value}" for key, value in _replication_lines(replication).items()]
             lines += [f"  warning:   {problem}" for problem in replication_problems(replication)]

@@ -46,6 +46,16 @@ key                    type    what it holds                                    
                                its absence means the worker is dead.
 ``lock:<name>``        string  a lease for single-writer work: redis-py's Lock (its token   holder, TTL
                                with a TTL the holder renews), e.g. the archive catalog's.
+``done:<g>:<s>``       hash    remembered done records (:mod:`dataq.store.remembered`):     ack, receipts;
+                               16-byte digest of the id -> ``<done ms>,<wait ms>[,<end     expire with their
+                               ms>]``; ``g`` a generation of ``remember_done`` seconds,    generation + 1
+                               ``s`` one of 65,536 shards (small hashes stay listpacks).
+``custody``            hash    id -> JSON of a record handed on to the next site and not    network_move,
+                               confirmed by the end of the chain yet (:mod:`.custody`).    receipts settle
+``custody_due``        zset    custody ids by when their next site is asked (ms).          as custody
+``custody_since``      zset    custody ids by when they were first handed on (ms).         as custody
+``custody_sites``      hash    next site -> records in custody there.                      as custody
+``receipts``           list    ``<ms>,<end-to-end ms>`` of the newest receipts (capped).   receipts settle
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
@@ -135,6 +145,43 @@ class QueueKeys:
     def work(self) -> str:
         """Pub/sub channel of work notices (not a key)."""
         return self._key("work")
+
+    @property
+    def custody(self) -> str:
+        return self._key("custody")
+
+    @property
+    def custody_due(self) -> str:
+        return self._key("custody_due")
+
+    @property
+    def custody_since(self) -> str:
+        return self._key("custody_since")
+
+    @property
+    def custody_sites(self) -> str:
+        return self._key("custody_sites")
+
+    @property
+    def receipts(self) -> str:
+        return self._key("receipts")
+
+    def custody_keys(self) -> tuple[str, ...]:
+        """The keys of the custody set, in the order the custody scripts take them."""
+        return (self.custody, self.custody_due, self.custody_since, self.custody_sites)
+
+    def done(self, generation: int, shard: int) -> str:
+        """One shard of one generation of the remembered done records."""
+        if not 0 <= shard <= 0xFFFF:
+            raise ValueError(f"invalid done shard {shard}")
+        return f"{self.done_prefix(generation)}{shard:04x}"
+
+    def done_prefix(self, generation: int) -> str:
+        """The name of a generation's shards without the shard's 4 hex digits (for callers that name thousands of
+        shards at once: :func:`dataq.store.remembered.lookup`)."""
+        if generation < 0:
+            raise ValueError(f"invalid generation {generation}")
+        return self._key(f"done:{generation}:")
 
     def processing(self, worker: str) -> str:
         return self._key(f"processing:{_checked_worker(worker)}")

@@ -27,7 +27,10 @@ from dataq.ops.notices import Notice
 from dataq.pop.daemon import run_pop_daemon
 from dataq.record import Record
 from dataq.store import QueueStore
+from testbed.settings_file import toml_value, write_tables
 from testbed.waits import eventually
+
+__all__ = ["toml_value", "write_tables"]  # the settings files of these tests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "transfer"
@@ -101,28 +104,6 @@ def runs_by_id(marker_dir: Path) -> dict[str, int]:
 
 
 # --- settings ------------------------------------------------------------------------------------------------
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    raise TypeError(f"no TOML for {value!r}")
-
-
-def write_tables(path: Path, data_dir: Path, tables: dict[str, dict[str, Any]]) -> Path:
-    """A settings file at ``path``: ``data_dir``, then each table with its keys."""
-    lines = [f"data_dir = {toml_value(str(data_dir))}"]
-    for table, keys in tables.items():
-        lines.append(f"[{table}]")
-        lines += [f"{key} = {toml_value(value)}" for key, value in keys.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def write_config(

@@ -1,7 +1,8 @@
 """dataq's settings: one TOML file plus ``DATAQ_*`` environment overrides, loaded into frozen dataclasses.
 
 :mod:`.loader` is the machinery (sections, bounds, the generic loader, :func:`load_options` for actions),
-:mod:`.schema`, :mod:`.redis_settings` and :mod:`.operators` declare the sections. Import what you need from here.
+:mod:`.schema`, :mod:`.queue_settings`, :mod:`.redis_settings` and :mod:`.operators` declare the sections. Import
+what you need from here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataq.addresses import MAX_PORT, parse_host_port
 from dataq.config.loader import load_options
 from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
+from dataq.config.queue_settings import QueueSettings
 from dataq.config.redis_settings import (
     APPENDFSYNC_CHOICES,
     DEFAULT_APPENDFSYNC,
@@ -25,7 +27,6 @@ from dataq.config.schema import (
     LogSettings,
     PopSettings,
     PushSettings,
-    QueueSettings,
     Settings,
     default_data_dir,
     describe_source,

@@ -165,8 +165,16 @@ def _convert(tp: Any, value: Any, key: str, origins: Origins) -> Any:
     """Check a TOML ``value`` against the field type ``tp``; sections and tables of sections recurse."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
-        (inner,) = (arg for arg in args if arg is not type(None))
-        return None if value == "" else _convert(inner, value, key, origins)
+        inner = [arg for arg in args if arg is not type(None)]
+        if value == "" and type(None) in args:
+            return None
+        if len(inner) > 1:  # a choice of plain types (``remove_source``: a boolean or a string)
+            for choice in inner:
+                if isinstance(value, bool) == (choice is bool) and isinstance(value, choice):
+                    return value
+            raise origins.error(key, f"key {key!r} must be {' or '.join(_EXPECTED[tp] for tp in inner)}, "
+                                     f"got {_describe(value)}")
+        return _convert(inner[0], value, key, origins)
     if isinstance(value, str) and key in origins.overridden and tp in (int, float):
         with contextlib.suppress(ValueError):  # text that does not parse is reported below, as text
             value = tp(value)

@@ -23,33 +23,30 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from dataq.addresses import MAX_PORT
 from dataq.config.feed_settings import FeedSettings
 from dataq.config.loader import (
     FILLED,
     ROLE_KEY,
-    SUB_TABLES,
     Invalid,
     Origins,
     Section,
     absolute,
-    freeze,
     load_section,
     read_toml,
     setting,
     together,
 )
 from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
+from dataq.config.queue_settings import QueueSettings
 from dataq.config.redis_settings import RedisSettings
-from dataq.errors import ConfigError, InvalidRecord
-from dataq.keys import QUEUE_NAME_PATTERN
+from dataq.errors import ConfigError
 from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
-from dataq.record import DEFAULT_CHECKSUM_PATTERN, RecordRules
 
 CONFIG_ENV = "DATAQ_CONFIG"
 """Names the settings file when :func:`load_settings` gets no path; set and empty, no file is read at all."""
@@ -64,12 +61,11 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType({
 })
 """Environment variable -> the dotted key it overrides."""
 DEFAULT_QUEUE = "transfer"
+SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """The one queue configured when the file defines none (the 2014 data-q's only queue)."""
 MIN_LINE_BYTES = 256
 """The smallest ``push.max_line_bytes``: shorter lines could not hold a record with a realistic path."""
-ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
-"""An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
-import path ``module:Class`` (with an optional ``:argument``)."""
+
 
 RESUME_MEMORY_FRACTION = 0.9
 """``[push] resume_memory`` when unset: nine tenths of ``max_memory``."""
@@ -214,69 +210,6 @@ class LogSettings(Section):
         return system_dir if writable else os.path.join(data_dir, "log")
 
 
-@dataclass(frozen=True, slots=True)
-class QueueSettings(Section):
-    """One queue: the table ``[queues.NAME]``, with a sub-table of options per action."""
-
-    name: str = field(metadata={ROLE_KEY: FILLED})
-    """The table's name: 1 to 64 letters, digits, ``_``, ``-`` or ``.``."""
-    actions: tuple[str, ...] = ("echo",)
-    """Actions run on each record, in order."""
-    max_errors: int = setting(0, ge=0)
-    """Failures tolerated before a record goes inactive (0: no retry, as in the 2014 data-q)."""
-    max_queue_size: int = setting(1_000_000, ge=1)
-    """Active records above which the push daemon turns ``read`` off."""
-    retry_delay: float = setting(0.0, ge=0)
-    """Seconds a failed record waits before it runs again the first time (0: at once)."""
-    retry_backoff: float = setting(2.0, ge=1)
-    """Each further failure of a record multiplies its wait by this."""
-    retry_max_delay: float = setting(3600.0, gt=0)
-    """Longest wait of a failed record before it runs again (the waits are also shortened by up to a fifth, at
-    random, so records failed together do not fall due together)."""
-    action_timeout: float = setting(600.0, gt=0)
-    """Seconds one action may run on one record before it counts as failed."""
-    checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
-    """Regular expression every checksum must match in full."""
-    push_port: int | None = setting(None, ge=0, le=MAX_PORT)
-    """This queue's push daemon port; None: ``push.port``."""
-    action_options: Mapping[str, Mapping[str, Any]] = field(
-        default_factory=lambda: MappingProxyType({}), hash=False, metadata={ROLE_KEY: SUB_TABLES}
-    )
-    """Action name -> its raw options (``[queues.NAME.ACTION]``), validated by the action registry."""
-    _rules: RecordRules = field(init=False, repr=False, compare=False)
-
-    def _check(self) -> None:
-        if QUEUE_NAME_PATTERN.fullmatch(self.name) is None:
-            raise Invalid("name", f"queue name {self.name!r} is invalid: use 1 to 64 letters, digits, _, - or .")
-        actions = tuple(self.actions)
-        object.__setattr__(self, "actions", actions)
-        if not actions:
-            raise Invalid("actions", "key '{key}' must name at least one action")
-        for action in actions:
-            if ACTION_PATTERN.fullmatch(action) is None:
-                raise Invalid("actions", f"key '{{key}}' holds an invalid action name {action!r}")
-            if actions.count(action) > 1:
-                raise Invalid("actions", f"key '{{key}}' names {action!r} more than once")
-        object.__setattr__(self, "action_options", freeze(self.action_options))
-        for action in self.action_options:
-            # An entry's options table is named after the entry without its inline argument ('sleep' for
-            # 'sleep:0.5', 'site.mod:Class' for 'site.mod:Class:arg'); the action registry checks which one.
-            if not any(entry == action or entry.startswith(f"{action}:") for entry in actions):
-                raise Invalid(action, f"{{key}}: options for action {action!r}, which is not in {{table}}.actions")
-        if self.retry_max_delay < self.retry_delay:
-            raise Invalid("retry_max_delay", f"key '{{key}}' ({self.retry_max_delay}) must not be less than "
-                          f"{{table}}.retry_delay ({self.retry_delay})")
-        try:
-            object.__setattr__(self, "_rules", RecordRules(self.checksum_pattern))
-        except InvalidRecord as exc:
-            raise Invalid("checksum_pattern", f"key '{{key}}': {exc}") from exc
-
-    @property
-    def rules(self) -> RecordRules:
-        """How this queue validates records (its checksum pattern, compiled once)."""
-        return self._rules
-
-
 def default_data_dir(environ: Mapping[str, str] | None = None) -> str:
     """``$XDG_STATE_HOME/dataq`` if that variable holds an absolute path, else ``~/.local/state/dataq``."""
     env = os.environ if environ is None else environ
@@ -290,6 +223,8 @@ def default_data_dir(environ: Mapping[str, str] | None = None) -> str:
 class Settings(Section):
     """Everything dataq is configured with; build it with :func:`load_settings`."""
 
+    site: str = field(default_factory=socket.gethostname)
+    """This site's name in a cascade: carried with hand-ons and receipts, shown wherever a journey is shown."""
     data_dir: str = field(default_factory=default_data_dir)
     """The embedded redis-server's data directory; logs go to ``<data_dir>/log`` if nowhere else is writable."""
     redis: RedisSettings = field(default_factory=RedisSettings)
@@ -309,6 +244,8 @@ class Settings(Section):
     """The file these settings were loaded from (None: defaults and environment only)."""
 
     def _check(self) -> None:
+        if SITE_PATTERN.fullmatch(self.site) is None:
+            raise Invalid("site", f"key '{{key}}' must be 1 to 64 letters, digits, _, -, . or :, got {self.site!r}")
         absolute(self.data_dir, "data_dir")
         queues = MappingProxyType(dict(self.queues))
         object.__setattr__(self, "queues", queues)

@@ -45,6 +45,8 @@ from dataq.runtime.locks import try_lock, write_holder
 DATABASE = "spool.sqlite"
 LOCK = "lock"
 SCHEMA_VERSION = 1
+HOLDING_CHUNK = 500
+"""Checksums one look-up names (SQLite's limit on parameters is 999 in older builds)."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a statement waits for another connection's lock (a ``--status`` reader checkpointing)."""
 
@@ -229,6 +231,19 @@ class Spool:
         rows = self._db().execute("SELECT seq, line, path, local FROM outbox WHERE seq > ? AND refused IS NULL "
                                   "ORDER BY seq LIMIT ?", (after, limit)).fetchall()
         return [Pending(seq, bytes(line), path_text(path), bool(local)) for seq, line, path, local in rows]
+
+    async def holding(self, checksums: Sequence[str]) -> set[str]:
+        """Those of ``checksums`` whose records the outbox holds (waiting to be sent, or refused)."""
+        return await self._run(self._holding, list(checksums))
+
+    def _holding(self, checksums: list[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(checksums), HOLDING_CHUNK):
+            chunk = checksums[start:start + HOLDING_CHUNK]
+            rows = self._db().execute(f"SELECT checksum FROM outbox WHERE checksum IN ({','.join('?' * len(chunk))})",
+                                      chunk).fetchall()
+            found.update(row[0] for row in rows)
+        return found
 
     async def settle(self, done: Sequence[int], refused: Sequence[tuple[int, str]]) -> None:
         """Take answered records out (``done``) and keep refused ones with their reasons, in one transaction."""

@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
+from dataq.ops.custody_metrics import custody_families, is_receipt_counter
 from dataq.ops.health import Rates, rates
 from dataq.store import QueueStore
 from dataq.store.types import Summary
@@ -114,7 +115,7 @@ class DaemonMetrics:
     def __init__(self, queue: str, role: str, totals: Totals) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        self.queue, self.role, self._totals = queue, role, totals
+        self.queue, self.role, self.totals = queue, role, totals
         self.reconnects = 0
         self._claim_latency = Buckets(WAIT_BUCKETS)
         self._action_durations: dict[str, Buckets] = {}
@@ -166,7 +167,7 @@ class DaemonMetrics:
 
     def families(self) -> Iterator[Metric]:
         q = self.queue
-        totals = self._totals()
+        totals = self.totals()
         for name, total, documentation in TOTALS[self.role]:
             yield _one(CounterMetricFamily(name, documentation, labels=["queue"]), [q], totals.get(total, 0))
         yield _one(CounterMetricFamily(REDIS_RECONNECTS, "Times Redis came back after being unreachable.",
@@ -205,8 +206,10 @@ class DaemonMetrics:
         events = CounterMetricFamily(QUEUE_EVENTS, "The queue's totals kept in Redis (all daemons, all time).",
                                      labels=["queue", "event"])
         for event, count in sorted(summary.counters.items()):
-            events.add_metric([q, event], count)
+            if not is_receipt_counter(event):
+                events.add_metric([q, event], count)
         yield events
+        yield from custody_families(q, summary)
         if self._rates is not None:
             per_minute = GaugeMetricFamily(QUEUE_RATE, "Records per minute over the last minute (all daemons), "
                                            "from the queue's rates ring: kind pushed, done or failed.",

@@ -35,8 +35,10 @@ KIND_UNREACHABLE = "unreachable"
 """A destination of a queue's actions became unreachable: its records wait (``[pop] unreachable_after``)."""
 KIND_REACHABLE = "reachable"
 """A destination reachable again after an unreachable notice: its records flow again."""
+KIND_RECEIPT_OVERDUE = "receipt-overdue"
+"""Records handed on to the next site have waited for their receipt longer than ``receipt_alarm``."""
 KINDS = (KIND_INACTIVE, KIND_SYSTEMIC, KIND_READ_OFF, KIND_READ_ON, KIND_REDIS_DOWN, KIND_REDIS_BACK, KIND_CRASHED,
-         KIND_UNREACHABLE, KIND_REACHABLE)
+         KIND_UNREACHABLE, KIND_REACHABLE, KIND_RECEIPT_OVERDUE)
 
 CLI = "dataq-cli"
 SUBJECT_MAX = 200
@@ -190,6 +192,20 @@ def reachable_notice(queue: str, worker: str, destination: str, down_for: float)
         KIND_REACHABLE,
         f"queue {queue}: {destination} reachable again after {down_for:.0f} s",
         {"queue": queue, "destination": destination, "worker": worker, "down_for_seconds": round(down_for, 1)},
+    )
+
+
+def receipt_overdue_notice(queue: str, site: str, alarm: float, oldest_age: float, oldest_id: str,
+                           examples: Sequence[Mapping[str, object]]) -> Notice:
+    """Records handed on whose receipt is later than ``alarm`` seconds: the oldest, and a few of them."""
+    return Notice(
+        KIND_RECEIPT_OVERDUE,
+        f"queue {queue} at {site}: records wait for their receipt for over {alarm:g} s (oldest {oldest_age:.0f} s)",
+        {"queue": queue, "site": site, "receipt_alarm": alarm, "examples": list(examples),
+         "effect": "their sources are kept (after_receipt) and custody keeps asking; a next site that does not know "
+                   "a record is sent it again after resend_after",
+         "see": f"{shlex.join([CLI, '--queue', queue, '--summary'])}; "
+                f"{shlex.join([CLI, '--queue', queue, '--trace', oldest_id])}"},
     )
 
 

@@ -64,12 +64,15 @@ async def run_pop_daemon(
     handle = resolve_redis(settings)
     store = QueueStore.open(settings, handle.url, queue)
     try:
-        context = ActionContext(queue_settings, concurrency or settings.pop.concurrency, store)
+        # Built before the actions, which post their notices (overdue receipts) to its notifier.
+        ops = DaemonOps(settings, queue_settings.name, ROLE, dict, notifier=notifier)
+        context = ActionContext(queue_settings, concurrency or settings.pop.concurrency, store, custody=store,
+                                site=settings.site, notifier=ops.notifier)
         actions = load_actions(context, settings.source)
         if stop is None:
             stop = asyncio.Event()
             install_stop_signals(stop)
-        daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, notifier=notifier)
+        daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, ops=ops)
         return await daemon.run(stop, ready)
     finally:
         await store.close()
@@ -85,13 +88,15 @@ class PopDaemon:
         *,
         concurrency: int | None = None,
         notifier: Notifier | None = None,
+        ops: DaemonOps | None = None,
     ) -> None:
         self.settings = settings
         self.pop = settings.pop
         self.store = store
         self.actions = tuple(actions)
         self.worker_id = make_worker_id(ROLE)
-        self.ops = DaemonOps(settings, queue.name, ROLE, self._totals, notifier=notifier)
+        self.ops = ops or DaemonOps(settings, queue.name, ROLE, self._totals, notifier=notifier)
+        self.ops.metrics.totals = self._totals
         self.queue_name = queue.name
         breakers = Breakers(self.pop.unreachable_after, self.pop.probe_delay, self.pop.probe_max_delay,
                             on_open=self._outage_started, on_close=self._outage_ended)

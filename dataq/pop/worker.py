@@ -160,6 +160,8 @@ class PopWorker:
                                     "waited": self.settler.postponements, "running": len(self._tasks)}
         if self.breakers.open:
             stats["unreachable"] = self.breakers.public()
+        for action in self.actions:
+            stats.update(action.status())
         return stats
 
     def free_slots(self) -> int:

@@ -24,18 +24,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from dataq.errors import NotReplicated, StoreError
 from dataq.logs import get_logger
+from dataq.ops.answers import ReceiptDesk
 from dataq.protocol import error_reply, ignored_reply, pushed_reply
 from dataq.push.gate import BLOCK_BACKLOG, BLOCK_REDIS, Gate
 from dataq.push.unconfirmed import Item, Replay, Unconfirmed
+from dataq.receipts import ReceiptQuery
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
-from dataq.store import QueueStore
+from dataq.store import Known, QueueStore
 
 PIPELINE_DEPTH = 2
 """Batches at Redis at once (see :meth:`Committer.run`)."""
@@ -60,12 +62,16 @@ class ReplySink(Protocol):
         """Send ``payload`` (the replies to ``count`` lines) to the peer, if it is still connected."""
 
 
+Entry = Record | str | ReceiptQuery
+"""One line as the connection read it: a record, the message of a refused line, or a receipts query."""
+
+
 @dataclass(slots=True)
 class Submission:
-    """Lines of one connection in order: a parsed Record, or the message of a refused line (a str)."""
+    """Lines of one connection in order (:data:`Entry`)."""
 
     sink: ReplySink
-    entries: list[Record | str]
+    entries: list[Entry]
     records: int
     """How many entries are Records."""
 
@@ -76,6 +82,8 @@ class CommitStats:
     ignored: int = 0
     errors: int = 0
     batches: int = 0
+    receipts: int = 0
+    """Ids asked about in receipts queries."""
 
 
 class Committer:
@@ -89,12 +97,15 @@ class Committer:
         batch_max: int,
         after_batch: Callable[[int], Awaitable[None]],
         depth: int = PIPELINE_DEPTH,
+        desk: ReceiptDesk | None = None,
     ) -> None:
         """The committer closes ``gate`` while Redis fails and while the backlog is above :data:`BACKLOG_LIMIT`
         (until it falls under :data:`BACKLOG_RESUME`); ``after_batch`` gets the active list's length after each
         stored batch."""
         self.store = store
         self.gate = gate
+        self.desk = desk or ReceiptDesk(store.queue, 0)
+        """Answers receipts queries."""
         self.batch_max = batch_max
         self.depth = depth
         self.stats = CommitStats()
@@ -115,7 +126,7 @@ class Committer:
         """Entries submitted and not answered yet."""
         return self._backlog
 
-    def submit(self, sink: ReplySink, entries: list[Record | str], records: int) -> None:
+    def submit(self, sink: ReplySink, entries: list[Entry], records: int) -> None:
         self._pending.append(Submission(sink, entries, records))
         self._backlog += len(entries)
         self._idle.clear()
@@ -174,11 +185,11 @@ class Committer:
                 commit.task.cancel()
 
     async def _finish(self, batch: list[Submission], stored: _Stored | None) -> None:
-        self._answer(batch, stored.pushed if stored else [], stored.error if stored else None)
+        self._answer(batch, stored)
         if self._full and self._backlog < BACKLOG_RESUME:
             self._full = False
             self.gate.block(BLOCK_BACKLOG, False)
-        if stored and stored.error is None:
+        if stored and stored.wrote and stored.error is None:
             await self._after_batch(stored.active_length)
 
     def _take(self, busy: set[ReplySink]) -> tuple[list[Submission], int] | None:
@@ -201,7 +212,13 @@ class Committer:
         a done-callback: a callback would cost every batch one more turn of the event loop."""
         on_written = _setter(written, self._wakeup)
         try:
-            return await self._store_records(batch, records, on_written)
+            stored = await self._store_records(batch, records, on_written)
+            queries = [e for s in batch for e in s.entries if isinstance(e, ReceiptQuery)]
+            if queries:
+                # After the batch's records: a query answers for what the lines before it pushed.
+                stored = stored or _Stored([], 0, wrote=False)
+                stored.known = await self._known([record_id for query in queries for record_id in query.valid])
+            return stored
         finally:
             on_written()
             self._wakeup.set()  # the task is done by the time the woken committer runs
@@ -210,7 +227,7 @@ class Committer:
                              on_written: Callable[[], None]) -> _Stored | None:
         if not records:
             return None
-        items = [(e, s.sink.peer) for s in batch for e in s.entries if not isinstance(e, str)]
+        items = [(e, s.sink.peer) for s in batch for e in s.entries if isinstance(e, Record)]
         # One push time for every attempt: it is what lets the store recognise a retried write.
         now = time.time()
         replays = self.unconfirmed.replays(items)
@@ -239,6 +256,18 @@ class Committer:
                 self.gate.block(BLOCK_REDIS, False)
             return stored
 
+    async def _known(self, ids: list[str]) -> list[Known]:
+        """What this site knows of ``ids`` (for receipts), retrying while Redis fails, as records are."""
+        backoff = Backoff(cap=HOT_RETRY_CAP)
+        while True:
+            self.pulse.beat()
+            try:
+                return await self.store.answer(ids, self.desk.max_errors)
+            except StoreError as exc:
+                if backoff.attempt == 0:
+                    log.warning("cannot read receipts; holding their answers and retrying", error=str(exc))
+                await backoff.wait()
+
     async def _push(self, items: list[Item], now: float, replays: list[Replay], *, retry: bool,
                     on_written: Callable[[], None]) -> _Stored:
         """One attempt: the resends of unconfirmed writes repeat those writes, the rest is written at ``now``;
@@ -260,8 +289,11 @@ class Committer:
                 pushed[position] = was_pushed
         return _Stored(pushed, result.active_length)
 
-    def _answer(self, batch: list[Submission], pushed: list[bool], error: str | None = None) -> None:
-        """Answer each line: its refusal, ``error`` for every record when the batch failed, else pushed or not."""
+    def _answer(self, batch: list[Submission], stored: _Stored | None) -> None:
+        """Answer each line: its refusal, the batch's error for every record when it failed, else pushed or not;
+        a receipts query with its answers."""
+        pushed, error = (stored.pushed, stored.error) if stored else ([], None)
+        known = iter(stored.known if stored else [])
         stats = self.stats
         stats.batches += 1
         debug = _stdlib_log.isEnabledFor(logging.DEBUG)
@@ -273,6 +305,10 @@ class Committer:
                 if isinstance(entry, str):
                     parts.append(error_reply(entry))
                     stats.errors += 1
+                    continue
+                if isinstance(entry, ReceiptQuery):
+                    parts.append(self.desk.lines(entry, [next(known) for _ in entry.valid]))
+                    stats.receipts += len(entry.ids)
                     continue
                 checksum = entry.checksum
                 if error is not None:
@@ -322,3 +358,7 @@ class _Stored:
     active_length: int
     error: str | None = None
     """Why every record of the batch is refused (not replicated), or None."""
+    wrote: bool = True
+    """Whether the batch had records to write (``active_length`` is then the active list's length after)."""
+    known: list[Known] = field(default_factory=list)
+    """What is known of the ids of the batch's receipts queries, in order."""

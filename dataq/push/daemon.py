@@ -23,6 +23,7 @@ from dataq.config import PushSettings, QueueSettings, Settings
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, StoreError
 from dataq.logs import get_logger
+from dataq.ops.answers import ReceiptDesk
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier
 from dataq.push.committer import PIPELINE_DEPTH, REPLICATED_PIPELINE_DEPTH, Committer
@@ -81,8 +82,14 @@ class PushDaemon:
         self.worker_id = make_worker_id("push")
         self.tls = server_tls_context(push)
         self.gate = Gate()
+        # A queue that hands records on with custody answers done only once its next site has: the action's raw
+        # options say so (the pop daemon checks them; this daemon only reads them).
+        move = queue.action_options.get("network_move", {})
+        next_sites = move.get("next_sites", ()) if move.get("custody", True) is not False else ()
+        desk = ReceiptDesk(settings.site, queue.max_errors, tuple(str(site) for site in next_sites))
         self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,
-                                   depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH)
+                                   depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH,
+                                   desk=desk)
         self.listener = Listener(
             self.committer,
             self.gate,

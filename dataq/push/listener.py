@@ -20,9 +20,10 @@ from dataq.addresses import peer_text
 from dataq.errors import InvalidRecord
 from dataq.logs import get_logger
 from dataq.protocol import TOO_MANY_CONNECTIONS, LineFramer, OverLong, error_reply
-from dataq.push.committer import Committer
+from dataq.push.committer import Committer, Entry
 from dataq.push.gate import BLOCK_STOPPING, Gate
-from dataq.record import Record, RecordRules, parse_line
+from dataq.receipts import is_query, parse_query
+from dataq.record import RecordRules, parse_line
 
 CONNECTION_WINDOW = 10_000
 """Lines of one connection read but not yet answered, above which that connection stops reading."""
@@ -259,11 +260,14 @@ class FeederConnection(asyncio.Protocol):
     def _submit(self, lines: Iterable[bytes | OverLong]) -> None:
         listener = self.listener
         rules, batch_max, committer = listener.rules, listener.batch_max, listener.committer
-        entries: list[Record | str] = []
+        entries: list[Entry] = []
         records = 0
         for line in lines:
             if isinstance(line, bytes):
                 try:
+                    if is_query(line):
+                        entries.append(parse_query(line, rules))
+                        continue
                     entries.append(parse_line(line, rules))
                     records += 1
                     if records >= batch_max:

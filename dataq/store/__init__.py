@@ -10,11 +10,12 @@ from dataq.keys import QueueKeys
 from dataq.store.base import NOTICE_WORK
 from dataq.store.cluster import connect_cluster
 from dataq.store.connection import client_options, connect
+from dataq.store.custody import CustodyEntry, CustodyOps, Known, Settle, Tracked
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
-from dataq.store.lifecycle import LifecycleOps
 from dataq.store.rate_ring import RATE_KINDS
 from dataq.store.rates import RateBucket, RateHistory, RateOps
+from dataq.store.remembered import DEFAULT_REMEMBER_DONE
 from dataq.store.replication import Replication
 from dataq.store.sentinel import (
     SENTINEL_SCHEME,
@@ -46,7 +47,7 @@ from dataq.store.types import (
 )
 
 
-class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
+class QueueStore(CustodyOps, InspectOps, LeaseOps, TopologyOps, RateOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
@@ -56,6 +57,7 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         timeouts, replication and event limits."""
         redis = settings.redis
         replication = Replication(redis.min_replicas, redis.replica_timeout)
+        remember_done = settings.queue(queue).remember_done if queue in settings.queues else DEFAULT_REMEMBER_DONE
         if url.startswith(f"{SENTINEL_SCHEME}://"):
             base = client_options(tls=redis.tls, ca_file=redis.ca_file, cert_file=redis.cert_file,
                                   key_file=redis.key_file, socket_timeout=redis.socket_timeout)
@@ -67,6 +69,7 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
             client, sentinel = connect_sentinel(parse_sentinel_address(url), sentinel_options=sentinel_options,
                                                 options=options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
+                       remember_done=remember_done,
                        sentinel=sentinel)
         if redis.cluster:
             options = client_options(tls=url.startswith("rediss://"), ca_file=redis.ca_file,
@@ -74,10 +77,12 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
                                      socket_timeout=redis.socket_timeout)
             client, slots = connect_cluster(url, QueueKeys(queue).records, options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
+                       remember_done=remember_done,
                        cluster=slots)
         client = connect(url, ca_file=redis.ca_file, cert_file=redis.cert_file, key_file=redis.key_file,
                          socket_timeout=redis.socket_timeout)
-        return cls(client, queue, events_max_len=settings.events.max_len, replication=replication)
+        return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
+                   remember_done=remember_done)
 
     @classmethod
     def from_url(
@@ -86,12 +91,13 @@ class QueueStore(LifecycleOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         queue: str,
         *,
         events_max_len: int | None = None,
+        remember_done: float = DEFAULT_REMEMBER_DONE,
         **connect_options: object,
     ) -> QueueStore:
         client = connect(url, **connect_options)  # type: ignore[arg-type]
         if events_max_len is None:
-            return cls(client, queue)
-        return cls(client, queue, events_max_len=events_max_len)
+            return cls(client, queue, remember_done=remember_done)
+        return cls(client, queue, events_max_len=events_max_len, remember_done=remember_done)
 
 
 def redis_address(settings: Settings) -> str | None:
@@ -109,10 +115,12 @@ __all__ = [
     "ClaimStatus",
     "ClusterMember",
     "ClusterStatus",
+    "CustodyEntry",
     "Event",
     "FailOutcome",
     "Failures",
     "Flag",
+    "Known",
     "PushResult",
     "QueueList",
     "QueueStore",
@@ -125,7 +133,9 @@ __all__ = [
     "ReplicationStatus",
     "RetryPolicy",
     "SentinelTarget",
+    "Settle",
     "Summary",
+    "Tracked",
     "Worker",
     "connect",
     "redis_address",

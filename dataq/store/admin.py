@@ -128,6 +128,9 @@ class AdminOps(StoreBase):
         pipe.hgetall(k.flags)
         pipe.hlen(k.workers)
         pipe.hgetall(k.counters)
+        pipe.hlen(k.custody)
+        pipe.zrange(k.custody_since, 0, 0, withscores=True)
+        pipe.hgetall(k.custody_sites)
         (
             active,
             inactive,
@@ -136,6 +139,9 @@ class AdminOps(StoreBase):
             flags,
             workers,
             counters,
+            custody,
+            oldest,
+            sites,
         ) = await pipe.execute()
         return Summary(
             queue=self.queue,
@@ -148,6 +154,9 @@ class AdminOps(StoreBase):
             read=flags.get(Flag.READ.value, "on") != "off",
             workers=workers,
             counters={name: int(value) for name, value in counters.items()},
+            custody=custody,
+            custody_since=oldest[0][1] / 1000 if oldest else None,
+            custody_sites={site: int(count) for site, count in sites.items()},
         )
 
     async def _records_for(self, ids: list[str]) -> list[Record]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -12,6 +13,7 @@ from dataq.keys import QueueKeys
 from dataq.store.cluster import SlotMap
 from dataq.store.connection import load_scripts
 from dataq.store.lane import Lane, Script
+from dataq.store.remembered import DEFAULT_REMEMBER_DONE, Lookup, lookup
 from dataq.store.replication import Replication
 
 NOTICE_WORK = "work"
@@ -34,6 +36,7 @@ class StoreBase:
         replication: Replication | None = None,
         sentinel: Sentinel | None = None,
         cluster: SlotMap | None = None,
+        remember_done: float = DEFAULT_REMEMBER_DONE,
     ) -> None:
         self.client = client
         # redis-py types every reply as ``bytes | str`` whatever ``decode_responses`` says; this client always
@@ -50,6 +53,8 @@ class StoreBase:
         self.pubsub_mode = "sharded" if cluster is not None else "plain"
         """Sharded pub/sub on a cluster (the queue's channels share its slot, so its master alone serves them);
         what the scripts that publish are told."""
+        self.remember_done = remember_done
+        """Seconds done records are remembered (:mod:`.remembered`)."""
         self._scripts: dict[str, Script] = load_scripts()
         self._lane = Lane(client)
 
@@ -64,6 +69,10 @@ class StoreBase:
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    def _remembered(self, ids: Sequence[str], now: float | None = None) -> Lookup:
+        """Where the remembered done records of ``ids`` are (their shards' keys and their digests)."""
+        return lookup(self.keys, ids, time.time() if now is None else now, self.remember_done)
 
     async def _announce_work(self) -> None:
         """Tell idle pop daemons that records became runnable (a hint: they also poll)."""

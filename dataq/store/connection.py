@@ -41,6 +41,9 @@ SCRIPT_NAMES = (
     "clear",
     "set_flag",
     "heartbeat",
+    "custody_keep",
+    "custody_settle",
+    "receipts",
 )
 SCRIPT_LIBRARIES = ("rates",)
 """The files of ``lua/lib/`` put before every script, in this order."""

@@ -65,11 +65,14 @@ class LifecycleOps(StoreBase):
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
         k = self.keys
-        ids = "\n".join([record.checksum for record, _ in items])
+        checksums = [record.checksum for record, _ in items]
+        ids = "\n".join(checksums)
         values = "\n".join(encode_stored(items, pushed_at))
-        args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode]
-        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates], args,
-                                   replicated=True, on_written=on_written)
+        done = self._remembered(checksums)
+        args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode,
+                           done.digests]
+        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates, *done.keys],
+                                   args, replicated=True, on_written=on_written)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
 
@@ -104,7 +107,10 @@ class LifecycleOps(StoreBase):
         k = self.keys
         ids = "\n".join(record_id for record_id, _ in done)
         details = "\n".join(detail.replace("\n", " ") for _, detail in done)
-        args: list[Any] = [self.events_max_len, ids, details]
+        now = time.time()
+        remembered = self._remembered([record_id for record_id, _ in done], now)
+        args: list[Any] = [self.events_max_len, ids, details, remembered.digests, _now_ms(now),
+                           remembered.expires_at_ms]
         status = await self._script(
             "ack",
             [
@@ -116,6 +122,7 @@ class LifecycleOps(StoreBase):
                 k.events,
                 k.counters,
                 k.rates,
+                *remembered.current,
             ],
             args,
             replicated=True,

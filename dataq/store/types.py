@@ -93,6 +93,12 @@ class Summary:
     read: bool
     workers: int
     counters: dict[str, int]
+    custody: int = 0
+    """Records handed on and not confirmed by the end of the chain yet (:mod:`dataq.store.custody`)."""
+    custody_since: float | None = None
+    """When the oldest of them was first handed on (None: custody is empty)."""
+    custody_sites: dict[str, int] = field(default_factory=dict)
+    """Records in custody per next site (``""``: waiting in the hand-on spool)."""
 
 
 @dataclass(frozen=True, slots=True)

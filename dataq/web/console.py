@@ -10,6 +10,7 @@ from typing import Any
 
 from dataq.config import Settings
 from dataq.errors import DataqError
+from dataq.ops.custody_report import chain_of, custody_report
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
 from dataq.ops.health import rates, unreachable_destinations
 from dataq.store import Flag, QueueList, QueueStore
@@ -70,6 +71,7 @@ class Console:
         summary = await store.summary()
         workers = await store.workers()
         recent = await rates(store)
+        custody = await custody_report(store, summary, workers)
         return {
             "name": queue, "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
             "delayed": summary.delayed, "tracked": summary.tracked, "action": summary.action, "read": summary.read,
@@ -79,6 +81,9 @@ class Console:
                       "covered_seconds": round(recent.covered, 3), "complete": recent.complete},
             "unreachable": [unreachable_doc(u) for u in unreachable_destinations(workers, summary)],
             "counters": summary.counters,
+            "site": self.settings.site,
+            "custody": None if custody is None else custody.as_dict(time.time()),
+            "chain": [hop.as_dict() for hop in await chain_of(store, self.settings.site, summary)],
         }
 
     async def workers(self, queue: str) -> list[dict[str, Any]]:

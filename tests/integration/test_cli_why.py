@@ -123,3 +123,28 @@ def test_show_an_unknown_record_is_a_refusal(cli: Callable[..., Result], redis_u
 def test_show_an_id_that_is_no_checksum_is_refused_before_redis_is_asked(cli: Callable[..., Result]) -> None:
     result = cli("--show", "not-a-checksum")
     assert result.exit_code == 1 and "--show 'not-a-checksum'" in result.output
+
+
+def test_trace_of_a_record_done_here_without_a_next_site_is_one_hop_done(cli: Callable[..., Result],
+                                                                           redis_url: str) -> None:
+    (record,) = seed(redis_url, 1)
+
+    async def run(store: QueueStore) -> None:
+        await registered(store)
+        await store.claim(WORKER, 1)
+        await store.ack(WORKER, [(record.id, "")])
+
+    on_store(redis_url, run)
+    result = cli("--trace", record.id)
+    assert result.exit_code == 0, result.output
+    assert "across 1 site(s)" in result.output and ": done" in result.output
+    (hop,) = by_switch(cli("--trace", record.id, "--json").output)["trace"]["hops"]
+    assert hop["state"] == "done" and hop["address"] is None and hop["pushed"] <= hop["done"]
+
+
+def test_trace_of_an_unknown_record_is_a_refusal_and_a_bad_id_is_refused_naming_the_switch(
+        cli: Callable[..., Result]) -> None:
+    result = cli("--trace", "0" * 32)
+    assert result.exit_code == 1 and "unknown" in result.output
+    result = cli("--trace", "not-a-checksum")
+    assert result.exit_code == 1 and "--trace 'not-a-checksum'" in result.output

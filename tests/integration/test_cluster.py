@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from dataq.feed.client import Feeder
 from dataq.ops.metrics import QUEUE_LENGTH, REDIS_UP, DaemonMetrics
 from dataq.pop.daemon import run_pop_daemon
 from dataq.push.daemon import run_push_daemon
-from dataq.store import Flag, QueueList, QueueStore, RetryPolicy
+from dataq.store import CustodyEntry, Flag, QueueList, QueueStore, RetryPolicy, Settle
 from dataq.store.connection import SCRIPT_NAMES
 from testbed.cluster import ClusterTopology
 from testbed.waits import eventually
@@ -88,7 +89,7 @@ async def test_three_queues_on_three_masters_are_fed_and_drained_each_on_its_own
     on_nodes = keys_by_node(redis_cluster)
     for master, q in zip(redis_cluster.masters(), queues, strict=True):
         mine = {key for key in on_nodes[master] if key.startswith(f"dq:{{{q}}}:")}
-        assert {key.split(":")[2] for key in mine} == {"counters", "events", "rates"}, mine
+        assert {key.split(":")[2] for key in mine} == {"counters", "done", "events", "rates"}, mine
         elsewhere = [node for node, keys in on_nodes.items() if node != master
                      and any(key.startswith(f"dq:{{{q}}}:") for key in keys)]
         assert elsewhere == [], f"keys of {q} outside its master"
@@ -128,6 +129,12 @@ async def test_every_lua_script_keeps_its_keys_in_the_queue_s_slot(
         assert await store.activate_all() == 2
         assert await store.advance(active[2], active[2]) == 1
         assert await store.set_flag(Flag.READ, False) is True
+        done_id = claim.records[0].checksum
+        now = time.time()
+        await store.keep([CustodyEntry(claim.records[0], "next:1", now)], first_ask=now)
+        (entry,) = await store.custody_due(10, now=now + 1)
+        assert len(await store.answer([done_id, "f" * 32], max_errors=0)) == 2
+        assert await store.settle([Settle("d", entry, end_at=now + 1)], 60) == [True]
         assert await store.clear() == len(ids) - 1
         assert ran == set(SCRIPT_NAMES)
         other = queue_on_master(1, "other")

@@ -262,6 +262,21 @@ def test_bad_options_are_config_errors(options: dict[str, Any], tmp_path: Path) 
         make_action(tmp_path, **options)
 
 
+@pytest.mark.parametrize(("options", "key"), [
+    ({"remove_source": "after_receipt"}, "remove_source"),
+    ({"remove_source": "later"}, "remove_source"),
+    ({"remove_source": 1}, "remove_source"),
+    ({"next_sites": ["v:9988"], "next_path": "/d/{name}", "remove_source": "after_receipt", "custody": False},
+     "custody"),
+    ({"next_sites": ["v:9988"], "next_path": "/d/{name}", "resend_after": 0}, "resend_after"),
+    ({"next_sites": ["v:9988"], "next_path": "/d/{name}", "receipt_interval": -1}, "receipt_interval"),
+])
+def test_custody_settings_that_cannot_work_are_refused_naming_the_key(options: dict[str, Any], key: str,
+                                                                      tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=key):
+        make_action(tmp_path, destination="/data", **options)
+
+
 @pytest.mark.parametrize("destination", ["rsync://u@valley:873/mod/deep/path", "rsync://valley/mod",
                                          "observer@valley:/data", "valley:", "[::1]:/data", "/data"])
 def test_accepted_destination_forms(destination: str, tmp_path: Path) -> None:

@@ -603,7 +603,25 @@ async def test_a_retry_never_queues_again_what_its_lost_attempt_stored_and_a_wor
     again = await store.push_records([*lost, (other, "10.0.0.1:5")], now=1000.5, retry=True)
     assert again.pushed == [True, True, True, True]
     assert await active_ids(store) == [other.checksum, waiting.checksum]
-    # The same data sent anew (another push, another time) is new work, as in the 2014 design.
+    # The same data sent anew (another push, another time) is a duplicate while done records are remembered.
     later = await store.push_records([(record, "10.0.0.1:5")], now=2000.0, retry=True)
-    assert later.pushed == [True]
-    assert await active_ids(store) == [record.checksum, other.checksum, waiting.checksum]
+    assert later.pushed == [False]
+    assert await active_ids(store) == [other.checksum, waiting.checksum]
+
+
+async def test_a_done_record_is_remembered_for_remember_done_seconds_then_is_new_work_again(redis_url: str) -> None:
+    remember = 0.4
+    store = QueueStore.from_url(redis_url, "remembering", remember_done=remember)
+    try:
+        await store.clear()
+        record = make_records(1)[0]
+        await store.push_batch([record], source="cli")
+        await register(store)
+        await store.claim(WORKER, 1)
+        assert await store.ack(WORKER, [(record.checksum, "")]) == [True]
+        assert (await store.push_batch([record], source="cli")).pushed == [False]
+        # Remembered for at least remember_done, at most twice that.
+        await asyncio.sleep(2 * remember + 0.1)
+        assert (await store.push_batch([record], source="cli")).pushed == [True]
+    finally:
+        await store.close()

@@ -36,6 +36,8 @@ class QueueModel(RuleBasedStateMachine):
         self.inactive: list[str] = []
         self.processing: dict[str, list[str]] = {w: [] for w in WORKERS}
         self.errors: dict[str, int] = {}
+        self.done: set[str] = set()
+        """Ids acknowledged: remembered done (``remember_done``), so a push of one is a duplicate."""
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -60,7 +62,7 @@ class QueueModel(RuleBasedStateMachine):
         result = self.run(self.store.push_batch(records, source="prop"))
         expected = []
         for record_id in batch:
-            fresh = record_id not in self.tracked()
+            fresh = record_id not in self.tracked() and record_id not in self.done
             expected.append(fresh)
             if fresh:
                 self.active.insert(0, record_id)
@@ -83,6 +85,7 @@ class QueueModel(RuleBasedStateMachine):
         if owned:
             self.processing[worker].remove(record_id)
             self.errors.pop(record_id, None)
+            self.done.add(record_id)
 
     @rule(worker=workers, record_id=ids)
     def fail(self, worker: str, record_id: str) -> None:

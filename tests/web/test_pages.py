@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import time
 
-from dataq.store import Flag, QueueList
+from dataq.store import CustodyEntry, Flag, QueueList
 from tests.helpers import make_records
 from tests.web.conftest import TOKEN, Web
 from tests.web.test_api import fail_once
@@ -138,3 +139,24 @@ async def test_long_lists_are_paged(web: Web) -> None:
     second = await page(web, "/queues/transfer?active_offset=100")
     assert 'href="?active_offset=50">newer</a>' in second and "older</a>" not in second
     assert second.count("/records/") == 20
+
+
+async def test_the_queue_page_shows_the_chain_of_sites_with_the_records_waiting_at_each_hop_and_its_lag(
+        web: Web) -> None:
+    records = make_records(3)
+    now = time.time()
+    further = '{"id":"x","receipt":"pending","site":"archive","state":"queued"}'
+    await web.transfer.keep([CustodyEntry(records[0], "valley:9988", now - 300, answer=further)], first_ask=now,
+                            now=now - 300)
+    await web.transfer.keep([CustodyEntry(records[1], "valley:9988", now - 60)], first_ask=now, now=now - 60)
+    await web.transfer.push_batch(make_records(2, start=10), "test")
+    html = await page(web, "/queues/transfer")
+    chain = html[html.index('id="chain"'):]
+    rows = re.findall(r'<tr data-site="([^"]+)"><td>[^<]*</td><td>(\d+)</td><td>([^<]+)</td>', chain)
+    assert [(site, int(waiting)) for site, waiting, _ in rows][1:] == [("archive", 1), ("valley:9988", 1)]
+    assert int(rows[0][1]) == 2, "this site first, with the records still in its queue"
+    lags = {site: lag for site, _, lag in rows}
+    assert lags["archive"].endswith(" s") and 295 <= float(lags["archive"][:-2]) <= 310
+    api = await (await web.client.get("/api/queues/transfer")).json()
+    assert api["custody"]["records"] == 2
+    assert [hop["site"] for hop in api["chain"]][1:] == ["archive", "valley:9988"]

@@ -4,9 +4,13 @@
 -- KEYS[1] processing list of the worker   KEYS[2] records hash   KEYS[3] errors hash   KEYS[4] lasterror hash
 -- KEYS[5] crashes hash                    KEYS[6] events stream KEYS[7] counters hash
 -- KEYS[8] rates ring (lib/rates.lua)
+-- KEYS[9..] one per record, in order: its shard of the remembered done records in the current generation
+--           (dataq/store/remembered.py), where a done record is remembered
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] the record ids, joined by newlines      ARGV[3] an event detail per id (e.g. the run time), joined by
 -- newlines (two arguments instead of two per record: the client packs each argument on its own, at a cost)
+-- ARGV[4] the records' digests (16 bytes each, in order)   ARGV[5] now (ms)   ARGV[6] when the current
+-- generation's shards expire (ms since the epoch)
 -- return: status string with one char per record, '1' acknowledged or '0' not owned
 local processing, records, errors, lasterror, crashes, events, counters, rates =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -15,6 +19,7 @@ local details = {}
 for detail in string.gmatch(ARGV[3] .. '\n', '([^\n]*)\n') do details[#details + 1] = detail end
 local status = {}
 local done = {}
+local done_at = {}
 local i = 0
 for id in string.gmatch(ARGV[2], '[^\n]+') do
   i = i + 1
@@ -22,6 +27,7 @@ for id in string.gmatch(ARGV[2], '[^\n]+') do
   -- the search ends after a few entries instead of crossing the whole list.
   if redis.call('LREM', processing, -1, id) == 1 then
     done[#done + 1] = id
+    done_at[#done] = i
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'done', 'id', id, 'd', details[i] or '') end
     status[#status + 1] = '1'
   else
@@ -29,6 +35,31 @@ for id in string.gmatch(ARGV[2], '[^\n]+') do
   end
 end
 if #done == 0 then return table.concat(status) end
+-- Remember each done record: '<done ms>,<ms it waited since its push>' (see dataq/store/remembered.py).
+local now_ms, expires = tonumber(ARGV[5]), ARGV[6]
+local find, sub = string.find, string.sub
+local digests = ARGV[4]
+for first = 1, #done, 1000 do
+  local last = math.min(first + 999, #done)
+  local values = redis.call('HMGET', records, unpack(done, first, last))
+  for j = first, last do
+    -- The push time (us) is the stored value's third field; plain finds cost far less than a pattern.
+    local value, wait = values[j - first + 1], 0
+    local one = value and find(value, '\0', 1, true)
+    local two = one and find(value, '\0', one + 1, true)
+    local three = two and find(value, '\0', two + 1, true)
+    if three then wait = math.max(0, now_ms - math.floor(tonumber(sub(value, two + 1, three - 1)) / 1000)) end
+    local i = done_at[j]
+    local remembered = ARGV[5] .. ',' .. string.format('%d', wait)
+    local key = KEYS[8 + i]
+    -- A shard's keys all expire with their generation: set once, when the first field creates the key (a write
+    -- per record more would double what the AOF writes for it).
+    if redis.call('HSET', key, sub(digests, 16 * i - 15, 16 * i), remembered) == 1
+        and redis.call('HLEN', key) == 1 then
+      redis.call('PEXPIREAT', key, expires)
+    end
+  end
+end
 -- One HDEL per hash for the whole batch (unpack() is limited by Lua's C stack, hence the chunks).
 for first = 1, #done, 1000 do
   local last = math.min(first + 999, #done)

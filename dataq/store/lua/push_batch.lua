@@ -7,6 +7,8 @@
 -- stream. Only retries pay for that scan; first attempts never read the stream.
 -- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
 -- KEYS[5] rates ring (lib/rates.lua)
+-- KEYS[6..] two per record, in order: its shard of the remembered done records in the current and the previous
+--           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
@@ -16,6 +18,7 @@
 --         nor a stored value holds a newline). Every value of one call carries the same push time.
 -- ARGV[7] 'sharded' to publish the notice with SPUBLISH (on a Redis Cluster, where the channel shares the queue's
 --         slot: sharded pub/sub stays on the slot's master instead of crossing the cluster bus), else PUBLISH
+-- ARGV[8] the records' digests (16 bytes each, in order), their fields in those shards
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -65,6 +68,11 @@ for first = 1, count, 1000 do
   local got = redis.call('HMGET', records, unpack(ids, first, math.min(first + 999, count)))
   for j = 1, #got do stored[first + j - 1] = got[j] end
 end
+local digests = ARGV[8]
+local function remembered(i)
+  local field = string.sub(digests, 16 * i - 15, 16 * i)
+  return redis.call('HEXISTS', KEYS[4 + 2 * i], field) == 1 or redis.call('HEXISTS', KEYS[5 + 2 * i], field) == 1
+end
 local status, fresh, fields, seen = {}, {}, {}, {}
 local fresh_count, duplicates = 0, 0
 local batch_time
@@ -79,6 +87,11 @@ for i = 1, count do
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id) end
   elseif was or (retrying and landed[id .. ' ' .. push_time(value)]) then
     status[i] = '2'
+  elseif remembered(i) then
+    -- Done lately (within remember_done): the same data again is not moved again.
+    status[i] = '0'
+    duplicates = duplicates + 1
+    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'duplicate', 'id', id, 'd', 'done lately') end
   else
     fresh_count = fresh_count + 1
     fresh[fresh_count] = id

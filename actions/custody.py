@@ -1,0 +1,307 @@
+"""``network_move``'s custody keeper: asks the next sites for receipts about the records this site handed on, and
+acts on the answers (see ``README.md``, "Cascades and custody").
+
+Each round takes the custody entries due (:meth:`~dataq.store.custody.CustodyOps.custody_due`), asks the site
+each went to (entries still in the hand-on spool: the first next site that answers), and settles every answer in
+one atomic step per round:
+
+* ``done``: with ``remove_source = "after_receipt"`` the source is deleted first (only if it is still the file
+  that was sent), then the record leaves custody. A crash in between asks again, and deletes nothing twice;
+* ``pending``: kept, with where the record is, and asked about again after ``receipt_interval``;
+* ``unknown``: once ``resend_after`` seconds have passed since the hand-on, the record goes back to this site's
+  queue and runs again (transfer, verify, hand-on to the first next site that answers); before, it is asked about
+  again (the hand-on may still be on its way);
+* no answer (the next site is down, or refuses connections): an outage, not a loss: nothing is resent, the
+  entries are asked about again later;
+* a push daemon that does not understand receipts (an older dataq): logged once, and its records stay in custody
+  (their sources are never deleted by ``after_receipt``), asked about again only every :data:`OLDER_PEER_RECHECK`.
+
+Records in custody longer than ``receipt_alarm`` seconds make a notice (one per ``receipt_alarm``, at most one an
+hour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from dataq.errors import DataqError
+from dataq.feed.receipts_client import OlderPeer, ask
+from dataq.logs import get_logger
+from dataq.ops.custody_report import PEERS_KEY
+from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
+from dataq.receipts import DONE, PENDING, UNKNOWN, Receipt
+from dataq.record import Record
+from dataq.runtime.supervise import cancel_and_wait
+from dataq.store.custody import CustodyEntry, Settle
+
+from .base import ActionContext, Custody
+from .handon import HandOn, parse_site
+
+_RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
+"""Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
+DUE_PER_ROUND = 1000
+"""Custody entries one round asks about at most."""
+OLDER_PEER_RECHECK = 3600.0
+"""Seconds before a next site found not to understand receipts is asked again (it may have been upgraded)."""
+ALARM_EXAMPLES = 5
+"""Records an overdue-receipt notice names."""
+ALARM_MIN_INTERVAL = 3600.0
+"""Seconds between two overdue-receipt notices at least (the mail digest folds them further)."""
+
+log = get_logger()
+
+SourceCheck = Callable[[CustodyEntry], None]
+"""Deletes a record's source if it is still the file that was sent (the action's, run in a thread)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperOptions:
+    sites: tuple[str, ...]
+    site: str
+    """This site's name, sent with each query."""
+    interval: float
+    resend_after: float
+    alarm: float
+    timeout: float
+    after_receipt: bool
+    queue: str
+
+
+class CustodyKeeper:
+    """Runs beside a pop daemon's workers for a queue whose ``network_move`` hands records on."""
+
+    def __init__(self, custody: Custody, options: KeeperOptions, *, tls: ssl.SSLContext | None,
+                 remove_source: SourceCheck, notifier: Notifier | None,
+                 spooled: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> None:
+        self.custody, self.options, self.tls = custody, options, tls
+        self.remove_source = remove_source
+        self.spooled = spooled
+        self.notifier = notifier or LogNotifier()
+        self.older: dict[str, str] = {}
+        """Next sites that did not understand receipts, and what they answered."""
+        self.down: dict[str, str] = {}
+        """Next sites that did not answer, and why."""
+        self._alarmed_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, stop: asyncio.Event) -> None:
+        self._task = asyncio.create_task(self._run(stop), name="custody keeper")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait([self._task])
+
+    async def _run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                busy = await self.round()
+            except DataqError as exc:  # Redis away: the custody waits in it
+                log.warning("custody round failed; trying again", error=str(exc))
+                busy = False
+            except Exception:  # a bug: logged with its traceback; the custody waits in Redis meanwhile
+                log.exception("custody round failed of a bug; trying again after a while")
+                busy = False
+            if busy:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.options.interval):
+                    await stop.wait()
+
+    async def round(self, now: float | None = None) -> bool:
+        """Ask about the entries due and settle the answers; True if a full round was due (more may be)."""
+        now = time.time() if now is None else now
+        due = await self.custody.custody_due(DUE_PER_ROUND, now)
+        by_site: dict[str, list[CustodyEntry]] = defaultdict(list)
+        for entry in due:
+            by_site[entry.site].append(entry)
+        ops: list[Settle] = []
+        for site, entries in by_site.items():
+            asked = entries
+            if not site and self.spooled is not None:
+                # Still in the hand-on spool: no next site can know it yet.
+                held = await self.spooled([entry.record.id for entry in entries])
+                ops += [Settle("w", entry, ask_at=now + self.options.interval) for entry in entries
+                        if entry.record.id in held]
+                asked = [entry for entry in entries if entry.record.id not in held]
+            if asked:
+                ops += await self._ask(site, asked, now)
+        await self.custody.settle(ops, self.options.resend_after, now)
+        await self._check_alarm(now)
+        return len(due) >= DUE_PER_ROUND
+
+    async def _ask(self, site: str, entries: list[CustodyEntry], now: float) -> list[Settle]:
+        """Ask ``site`` about ``entries`` (``""``, records sent from the spool: every next site, as any of them
+        may have taken them); the settle op of each."""
+        options = self.options
+        candidates = [site] if site else list(options.sites)
+        answered: list[list[Receipt]] = []
+        silent = []
+        for candidate in candidates:
+            receipts = await self._ask_one(candidate, [entry.record.id for entry in entries])
+            if receipts is None:
+                silent.append(candidate)
+            else:
+                answered.append(receipts)
+        if not answered:
+            later = now + (OLDER_PEER_RECHECK if all(c in self.older for c in candidates) else options.interval)
+            return [Settle("w", entry, ask_at=later) for entry in entries]
+        ops = []
+        for index, entry in enumerate(entries):
+            receipt = max((receipts[index] for receipts in answered), key=lambda r: _RANK.get(r.kind, 1))
+            if receipt.kind == UNKNOWN and silent:
+                # Another next site may hold it: not a loss until every one of them says so.
+                ops.append(Settle("p", entry, replacement=replace(
+                    entry, answer=f"{receipt.describe()}; {', '.join(silent)} not answering"), ask_at=now +
+                    options.interval))
+            else:
+                ops.append(await self._decide(entry, receipt, now))
+        return ops
+
+    async def _ask_one(self, candidate: str, ids: list[str]) -> list[Receipt] | None:
+        """``candidate``'s answers about ``ids``; None if it cannot answer (down, or an older dataq)."""
+        host, port = parse_site(candidate)
+        try:
+            receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout)
+        except OlderPeer as exc:
+            if candidate not in self.older:
+                log.warning("the next site does not understand receipts (an older dataq): its records stay "
+                            "in custody and their sources are kept", site=candidate, answer=str(exc))
+            self.older[candidate] = str(exc)
+            return None
+        except DataqError as exc:
+            if candidate not in self.down:
+                log.warning("cannot ask the next site for receipts; its records wait in custody",
+                            site=candidate, error=str(exc))
+            self.down[candidate] = str(exc)
+            return None
+        if candidate in self.down:
+            log.info("the next site answers receipts again", site=candidate)
+        self.down.pop(candidate, None)
+        self.older.pop(candidate, None)
+        return receipts
+
+    async def _decide(self, entry: CustodyEntry, receipt: Receipt, now: float) -> Settle:
+        options = self.options
+        later = now + options.interval
+        if receipt.kind == DONE:
+            if options.after_receipt:
+                # Before the record leaves custody: a crash in between asks again, and the answer is done again.
+                await asyncio.to_thread(self.remove_source, entry)
+            return Settle("d", entry, end_at=receipt.at if receipt.at is not None else now)
+        answer = receipt.line().rstrip("\n") if receipt.kind == PENDING else receipt.describe()
+        if receipt.kind == UNKNOWN and now - entry.handed_at >= options.resend_after:
+            log.warning("the next site does not know a record handed on; sending it again", id=entry.record.id,
+                        site=receipt.site, handed_on=entry.handed_at, resends=entry.resends + 1)
+            return Settle("r", entry, replacement=replace(entry, answer=f"{answer}; resent",
+                                                          resends=entry.resends + 1))
+        if receipt.kind not in (PENDING, UNKNOWN):
+            log.warning("the next site refused a receipt query", id=entry.record.id, error=receipt.error)
+        return Settle("p", entry, replacement=replace(entry, answer=answer), ask_at=later)
+
+    async def _check_alarm(self, now: float) -> None:
+        options = self.options
+        if now - self._alarmed_at < max(options.alarm, ALARM_MIN_INTERVAL):
+            return
+        oldest = await self.custody.oldest_in_custody(ALARM_EXAMPLES)
+        overdue = [entry for entry in oldest if now - entry.handed_at > options.alarm]
+        if not overdue:
+            return
+        self._alarmed_at = now
+        examples = [{"id": entry.record.id, "path": entry.record.path, "next site": entry.site or "(spool)",
+                     "waiting": f"{now - entry.handed_at:.0f} s", "last answer": entry.answer or "(none yet)"}
+                    for entry in overdue]
+        self.notifier.post(receipt_overdue_notice(options.queue, options.site, options.alarm,
+                                                  now - overdue[0].handed_at, overdue[0].record.id, examples))
+
+
+def remove_if_unchanged(entry: CustodyEntry) -> None:
+    """Delete the record's source if it is still the file that was sent (same device, inode, size and times);
+    a file put in its place since is left alone."""
+    path = entry.record.path
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return  # deleted already (this step ran before a crash)
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if entry.identity is None or tuple(entry.identity) != identity:
+        log.warning("not deleting a source: it is not the file that was sent", path=path, id=entry.record.id)
+        return
+    os.unlink(path)
+    log.info("source removed after its receipt", id=entry.record.id, path=path)
+
+
+class SenderCustody:
+    """What ``network_move`` does for custody: keep each record it hands on, and run the keeper beside it."""
+
+    def __init__(self, hand_on: HandOn, context: ActionContext, options: MoveCustodyOptions) -> None:
+        self.hand_on, self.context, self.options = hand_on, context, options
+        self.keeper: CustodyKeeper | None = None
+        self._stop = asyncio.Event()
+
+    def start(self) -> None:
+        """Start the keeper (after the hand-on, whose TLS and spool it uses)."""
+        custody, options = self.context.custody, self.options
+        if custody is None or not options.custody:
+            return
+        keeper_options = KeeperOptions(options.next_sites, self.context.site, options.receipt_interval,
+                                       options.resend_after, options.receipt_alarm, options.handon_timeout,
+                                       options.after_receipt, self.context.queue.name)
+        self.keeper = CustodyKeeper(custody, keeper_options, tls=self.hand_on.tls, remove_source=remove_if_unchanged,
+                                    notifier=self.context.notifier, spooled=self.hand_on.spooled)
+        self.keeper.start(self._stop)
+
+    async def keep(self, record: Record, site: str, identity: tuple[int, ...] | None) -> None:
+        """Put a record just handed on to ``site`` in custody."""
+        if self.context.custody is None or not self.options.custody:
+            return
+        now = time.time()
+        entry = CustodyEntry(record, site, now, identity=identity)
+        await self.context.custody.keep([entry], now + self.options.receipt_interval, now)
+
+    def status(self) -> Mapping[str, object]:
+        """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
+        keeper = self.keeper
+        if keeper is None or not (keeper.down or keeper.older):
+            return {}
+        problems = {site: f"does not answer: {error}" for site, error in keeper.down.items()}
+        problems.update({site: f"does not understand receipts (an older dataq): sources are kept; {answer}"
+                         for site, answer in keeper.older.items()})
+        return {PEERS_KEY: problems}
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self.keeper is not None:
+            await self.keeper.close()
+
+
+class MoveCustodyOptions(Protocol):
+    """The options of ``network_move`` that custody reads."""
+
+    @property
+    def next_sites(self) -> tuple[str, ...]: ...
+
+    @property
+    def custody(self) -> bool: ...
+
+    @property
+    def handon_timeout(self) -> float: ...
+
+    @property
+    def resend_after(self) -> float: ...
+
+    @property
+    def receipt_interval(self) -> float: ...
+
+    @property
+    def receipt_alarm(self) -> float: ...
+
+    @property
+    def after_receipt(self) -> bool: ...

@@ -1,0 +1,113 @@
+"""The options of ``network_move`` (documented in :mod:`dataq.actions.network_move`), checked at start-up."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
+
+from .batcher import BatchOptions
+from .handon import parse_site
+from .layout import LAYOUT_FIELDS, check_layout
+from .rsync import destination_kind
+
+DEFAULT_LAYOUT = "{name}"
+DEFAULT_IO_TIMEOUT = 60.0
+DEFAULT_HANDON_TIMEOUT = 10.0
+AFTER_RECEIPT = "after_receipt"
+"""``remove_source``'s third value: delete the source once the next site's receipt says the chain holds it."""
+DEFAULT_RESEND_AFTER = 3600.0
+DEFAULT_RECEIPT_INTERVAL = 10.0
+DEFAULT_RECEIPT_ALARM = 86_400.0
+NEXT_PATH_FIELDS = LAYOUT_FIELDS | {"relpath"}
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkMoveOptions(BatchOptions):
+    destination: str
+    """Where files go: ``rsync://host[:port]/module/path``, ``[user@]host:path`` or an absolute path."""
+    layout: str = DEFAULT_LAYOUT
+    """The file's path beneath ``destination``."""
+    create_dirs: bool = True
+    """Create ``destination`` if missing (``--mkpath``: rsync 3.2.3 or later on both ends)."""
+    rsync: str = "rsync"
+    """The rsync program."""
+    extra_args: tuple[str, ...] = ()
+    """Arguments added to every rsync call."""
+    algorithm: str = DEFAULT_ALGORITHM
+    """hashlib name of the records' checksum."""
+    verify: bool = True
+    """Verify the file at the destination after the transfer."""
+    reread: bool = False
+    """Also have the destination read back each file rsync sent (rsync checks what it wrote against what it
+    sent; this reads it again from the destination's disk)."""
+    remove_source: bool | str = False
+    """Delete the source once the file is verified (and handed on); ``"after_receipt"``: once the end of the
+    chain holds it, as the next site's receipt says."""
+    io_timeout: float = DEFAULT_IO_TIMEOUT
+    """Seconds without data before rsync gives up."""
+    timeout: float | None = None
+    """Seconds one record may take (None: the queue's ``action_timeout``)."""
+    next_sites: tuple[str, ...] = ()
+    """``host:port`` push daemons of the next site, tried in order."""
+    next_path: str | None = None
+    """The record's path at the next site: an absolute template (needed with ``next_sites``)."""
+    handon_timeout: float = DEFAULT_HANDON_TIMEOUT
+    """Seconds a next site has to answer before the next one is tried."""
+    handon_spool: str | None = None
+    """Spool directory: hand-ons are kept there and sent by a sender that never gives up (None: sent at once)."""
+    handon_tls_ca: str | None = None
+    """CA file to verify the next sites' push daemons with (set it or ``handon_tls_cert`` for TLS)."""
+    handon_tls_cert: str | None = None
+    """Client certificate for mutual TLS with the next sites."""
+    handon_tls_key: str | None = None
+    """Key of ``handon_tls_cert``."""
+    custody: bool = True
+    """With ``next_sites``: keep each record handed on in custody until the end of the chain confirms it (false:
+    the hand-on ends this site's part, as before receipts existed)."""
+    resend_after: float = DEFAULT_RESEND_AFTER
+    """Seconds after its hand-on a record the next site does not know is sent again."""
+    receipt_interval: float = DEFAULT_RECEIPT_INTERVAL
+    """Seconds between two questions to the next site about one record in custody."""
+    receipt_alarm: float = DEFAULT_RECEIPT_ALARM
+    """Seconds a record may wait for its receipt before operators are told."""
+
+    def __post_init__(self) -> None:
+        destination_kind(self.destination)
+        check_layout(self.layout)
+        check_algorithm(self.algorithm)
+        if isinstance(self.remove_source, str) and self.remove_source != AFTER_RECEIPT:
+            raise ValueError(f"remove_source must be true, false or {AFTER_RECEIPT!r}, got {self.remove_source!r}")
+        if self.after_receipt and not self.next_sites:
+            raise ValueError(f"remove_source = {AFTER_RECEIPT!r} needs next_sites: the receipts come from there")
+        if self.after_receipt and not self.custody:
+            raise ValueError(f"remove_source = {AFTER_RECEIPT!r} needs custody: the receipts are asked for it")
+        for name in ("io_timeout", "handon_timeout", "timeout", "resend_after", "receipt_interval", "receipt_alarm"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        for site in self.next_sites:
+            parse_site(site)
+        if self.next_sites and self.next_path is None:
+            raise ValueError("next_sites needs next_path: the record's path at the next site")
+        if self.next_path is not None:
+            check_layout(self.next_path, NEXT_PATH_FIELDS, absolute=True)
+        handon = ("handon_spool", "handon_tls_ca", "handon_tls_cert", "handon_tls_key")
+        if not self.next_sites and (given := [name for name in handon if getattr(self, name) is not None]):
+            raise ValueError(f"{given[0]} goes with next_sites")
+        if self.handon_spool is not None and not os.path.isabs(self.handon_spool):
+            raise ValueError(f"handon_spool must be an absolute directory, got {self.handon_spool!r}")
+        if (self.handon_tls_cert is None) != (self.handon_tls_key is None):
+            raise ValueError("handon_tls_cert and handon_tls_key go together")
+        self.check_batching()
+
+    @property
+    def after_receipt(self) -> bool:
+        return self.remove_source == AFTER_RECEIPT
+
+    @property
+    def handon_tls(self) -> bool:
+        return self.handon_tls_ca is not None or self.handon_tls_cert is not None
+
+

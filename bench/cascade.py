@@ -1,0 +1,213 @@
+"""Custody across sites: what end-to-end receipts cost (:mod:`testbed.cascade`; README, "Cascades and custody").
+
+Three sites on this machine (mountain -> valley -> archive), each with its own redis-server (``appendfsync
+always``), rsync daemon, ``dataq push`` and ``dataq pop`` (``--concurrency``). Measured, in one run:
+
+* **rate**: ``--files`` small files fed at the mountain; the time from the first line sent until the archive has
+  done them all, as records per second end to end, with custody (``remove_source = "after_receipt"``: records
+  kept in custody, receipts asked every ``receipt_interval``, sources deleted on the receipt) and without
+  (``custody = false``, ``remove_source = true``: the one-hop hand-on of before). Rounds alternate which goes
+  first; the table gives medians and the ratio (goal: custody keeps >= 0.9 of the rate). With custody, the time
+  until the last receipt reached the mountain (every source deleted) is given too;
+* **receipts query**: the Redis cost per id of answering receipts (``receipts.lua`` through the store, 1,000 ids
+  per call, ids done and remembered), from the server's own ``INFO commandstats`` (microseconds in Redis per id)
+  and the client's wall time per id;
+* **memory per remembered id**: ``--ids`` records pushed, claimed and acknowledged through the store (as a pop
+  daemon does), then ``MEMORY USAGE`` (exact: ``SAMPLES 0``) summed over the remembered-done keys, divided by the
+  ids (goal: <= 64 bytes).
+
+Run it: ``.venv/bin/python bench/cascade.py [--files 2000] [--rounds 3] [--ids 1000000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dataq.embedded.redis_server import EmbeddedRedis
+from dataq.feed.client import Feeder
+from dataq.record import Record
+from dataq.store import QueueStore
+from testbed.cascade import Cascade
+from testbed.rsync import LOOPBACK
+from testbed.waits import eventually
+
+RECEIPT_INTERVAL = 1.0
+FLOW_TIMEOUT = 600.0
+WORKER = "bench:1:pop:cascade"
+
+
+def make_files(directory: Path, count: int, size: int) -> list[Record]:
+    directory.mkdir(parents=True)
+    records = []
+    for n in range(count):
+        data = n.to_bytes(8, "big") + os.urandom(size - 8)
+        path = directory / f"f{n:06d}.fits"
+        path.write_bytes(data)
+        records.append(Record(str(path), hashlib.md5(data).hexdigest(), size))
+    return records
+
+
+async def counter(store: QueueStore, name: str) -> int:
+    return (await store.summary()).counters.get(name, 0)
+
+
+async def one_flow(root: Path, files: int, size: int, concurrency: int, custody: bool) -> tuple[float, float | None]:
+    """Seconds until the archive has done every record, and (with custody) until every source is deleted."""
+    move: dict[str, object] = ({"receipt_interval": RECEIPT_INTERVAL} if custody
+                               else {"custody": False, "remove_source": True})
+    chain = Cascade(root, ["mountain", "valley", "archive"], move=move, pop={"concurrency": concurrency})
+    records = make_files(root / "data", files, size)
+    chain.start()
+    archive = chain.last.store()
+    try:
+        await asyncio.sleep(2.0)  # daemons up: their start is not the flow's
+        start = time.perf_counter()
+        result = await Feeder(LOOPBACK, chain.first.port, window=files + 1, retry_for=30.0).feed(records)
+        assert result.pushed == files, result.summary()
+        async def archived_all() -> bool:
+            return await counter(archive, "done") >= files
+
+        async def sources_gone() -> bool:
+            return not await asyncio.to_thread(lambda: any(os.path.exists(r.path) for r in records))
+
+        await eventually(archived_all, FLOW_TIMEOUT, what="every record done at the archive")
+        archived = time.perf_counter() - start
+        if not custody:
+            return archived, None
+        await eventually(sources_gone, FLOW_TIMEOUT, what="every receipt back")
+        return archived, time.perf_counter() - start
+    finally:
+        await archive.close()
+        chain.stop()
+
+
+async def rates(args: argparse.Namespace) -> list[str]:
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    receipts: list[float] = []
+    for round_ in range(args.rounds):
+        for custody in ((True, False) if round_ % 2 == 0 else (False, True)):
+            root = Path(tempfile.mkdtemp(prefix="dataq-cascade-"))
+            try:
+                archived, confirmed = await one_flow(root, args.files, args.size, args.concurrency, custody)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            runs[custody].append(args.files / archived)
+            if confirmed is not None:
+                receipts.append(confirmed)
+            print(f"round {round_ + 1} custody={custody}: {args.files / archived:,.0f} records/s end to end"
+                  + (f", every source deleted after {confirmed:.2f} s" if confirmed is not None else ""),
+                  file=sys.stderr)
+    with_custody, without = statistics.median(runs[True]), statistics.median(runs[False])
+    return [
+        f"| end to end, {args.files:,} × {args.size // 1000} KB, 3 sites | records/s |",
+        "| --- | ---: |",
+        f"| without custody (`custody = false`, `remove_source = true`) | {without:,.0f} |",
+        f"| with custody (`remove_source = \"after_receipt\"`) | {with_custody:,.0f} |",
+        f"| ratio (goal ≥ 0.9) | {with_custody / without:.2f} |",
+        f"| with custody: every receipt back, every mountain source deleted | "
+        f"{statistics.median(receipts):.2f} s after the first line |",
+        f"\nper round, records/s: with {', '.join(f'{r:,.0f}' for r in runs[True])}; "
+        f"without {', '.join(f'{r:,.0f}' for r in runs[False])}",
+    ]
+
+
+async def remembered(store: QueueStore, count: int, chunk: int = 10_000) -> None:
+    """Push, claim and acknowledge ``count`` records as a pop daemon does: each is then remembered done."""
+    await store.heartbeat(WORKER, {}, {}, 3600.0)
+    for first in range(0, count, chunk):
+        records = [Record(f"/data/f{n}", hashlib.md5(str(n).encode()).hexdigest(), n)
+                   for n in range(first, min(count, first + chunk))]
+        await store.push_batch(records, source="bench")
+        claim = await store.claim(WORKER, len(records))
+        await store.ack(WORKER, [(record.checksum, "") for record in claim.records])
+
+
+WITH_RECEIPT = """
+local values = redis.call('HGETALL', KEYS[1])
+for i = 1, #values, 2 do redis.call('HSET', KEYS[1], values[i], values[i + 1] .. ',1234') end
+"""
+"""Each remembered value as a receipt leaves it at a site that hands records on (``custody_settle.lua``)."""
+
+
+async def memory_of_remembered(store: QueueStore) -> tuple[int, int, set[str]]:
+    """Keys of the remembered done records, their bytes (``MEMORY USAGE``, exact) and their encodings."""
+    total, keys, encodings = 0, 0, set()
+    async for key in store.r.scan_iter(match="dq:{bench}:done:*", count=1000):
+        total += int(await store.r.memory_usage(key, samples=0))
+        encodings.add(await store.r.object("encoding", key))
+        keys += 1
+    return keys, total, encodings
+
+
+async def redis_costs(args: argparse.Namespace) -> list[str]:
+    root = Path(tempfile.mkdtemp(prefix="dataq-remembered-"))
+    server = EmbeddedRedis(root, port=0, appendfsync="always")
+    server.start()
+    store = QueueStore.from_url(server.url, "bench", events_max_len=0)
+    try:
+        started = time.perf_counter()
+        await remembered(store, args.ids)
+        filled = time.perf_counter() - started
+        keys, total, encodings = await memory_of_remembered(store)
+        ids = [hashlib.md5(str(n).encode()).hexdigest() for n in range(0, args.ids, max(1, args.ids // 100_000))]
+        before = await store.r.info("commandstats")
+        started = time.perf_counter()
+        for first in range(0, len(ids), 1000):
+            known = await store.answer(ids[first:first + 1000], max_errors=0)
+            assert all(item is not None for item in known)
+        wall = time.perf_counter() - started
+        after = await store.r.info("commandstats")
+        # At a site that hands records on, a receipt adds the end of the chain's time to each value.
+        async for key in store.r.scan_iter(match="dq:{bench}:done:*", count=1000):
+            await store.r.eval(WITH_RECEIPT, 1, key)
+        _, relayed, relayed_encodings = await memory_of_remembered(store)
+    finally:
+        await store.close()
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    usec = after["cmdstat_evalsha"]["usec"] - before["cmdstat_evalsha"]["usec"]
+    return [
+        f"| remembered done ids: {args.ids:,} (pushed, claimed, acknowledged in {filled:.0f} s) | |",
+        "| --- | ---: |",
+        f"| `MEMORY USAGE` of the {keys:,} shard keys (encodings {', '.join(sorted(encodings))}) | "
+        f"{total / 2**20:,.1f} MiB |",
+        f"| bytes per remembered id (goal ≤ 64) | {total / args.ids:.1f} |",
+        f"| bytes per remembered id at a site that hands records on, after their receipts (encodings "
+        f"{', '.join(sorted(relayed_encodings))}) | {relayed / args.ids:.1f} |",
+        f"| receipts query, Redis time per id (`INFO commandstats`, {len(ids):,} ids by 1,000) | "
+        f"{usec / len(ids):.2f} µs |",
+        f"| receipts query, client wall time per id | {wall / len(ids) * 1e6:.2f} µs |",
+    ]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--size", type=int, default=4096, help="bytes per file")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64, help="each site's [pop] concurrency")
+    parser.add_argument("--ids", type=int, default=1_000_000, help="remembered ids for the memory figure")
+    parser.add_argument("--skip-rates", action="store_true")
+    args = parser.parse_args()
+    print(f"# bench/cascade.py on {platform.node()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
+    if not args.skip_rates:
+        print("\n".join(await rates(args)))
+    print()
+    print("\n".join(await redis_costs(args)))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,87 @@
+"""The settings of one queue: the table ``[queues.NAME]``, with a sub-table of options per action."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dataq.addresses import MAX_PORT
+from dataq.config.loader import FILLED, ROLE_KEY, SUB_TABLES, Invalid, Section, freeze, setting
+from dataq.errors import InvalidRecord
+from dataq.keys import QUEUE_NAME_PATTERN
+from dataq.record import DEFAULT_CHECKSUM_PATTERN, RecordRules
+
+DEFAULT_REMEMBER_DONE = 7 * 86_400.0
+"""Seconds a done record's id is remembered (7 days, as Rubin's transfer keeps its de-duplication keys)."""
+ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
+"""An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
+import path ``module:Class`` (with an optional ``:argument``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings(Section):
+    """One queue: the table ``[queues.NAME]``, with a sub-table of options per action."""
+
+    name: str = field(metadata={ROLE_KEY: FILLED})
+    """The table's name: 1 to 64 letters, digits, ``_``, ``-`` or ``.``."""
+    actions: tuple[str, ...] = ("echo",)
+    """Actions run on each record, in order."""
+    max_errors: int = setting(0, ge=0)
+    """Failures tolerated before a record goes inactive (0: no retry, as in the 2014 data-q)."""
+    max_queue_size: int = setting(1_000_000, ge=1)
+    """Active records above which the push daemon turns ``read`` off."""
+    retry_delay: float = setting(0.0, ge=0)
+    """Seconds a failed record waits before it runs again the first time (0: at once)."""
+    retry_backoff: float = setting(2.0, ge=1)
+    """Each further failure of a record multiplies its wait by this."""
+    retry_max_delay: float = setting(3600.0, gt=0)
+    """Longest wait of a failed record before it runs again (the waits are also shortened by up to a fifth, at
+    random, so records failed together do not fall due together)."""
+    action_timeout: float = setting(600.0, gt=0)
+    """Seconds one action may run on one record before it counts as failed."""
+    checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
+    """Regular expression every checksum must match in full."""
+    remember_done: float = setting(DEFAULT_REMEMBER_DONE, gt=0)
+    """Seconds the ids of done records are remembered (at least this, at most twice): a record pushed again
+    within it is ``Ignored``, and receipts about it are answered ``done``."""
+    push_port: int | None = setting(None, ge=0, le=MAX_PORT)
+    """This queue's push daemon port; None: ``push.port``."""
+    action_options: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, metadata={ROLE_KEY: SUB_TABLES}
+    )
+    """Action name -> its raw options (``[queues.NAME.ACTION]``), validated by the action registry."""
+    _rules: RecordRules = field(init=False, repr=False, compare=False)
+
+    def _check(self) -> None:
+        if QUEUE_NAME_PATTERN.fullmatch(self.name) is None:
+            raise Invalid("name", f"queue name {self.name!r} is invalid: use 1 to 64 letters, digits, _, - or .")
+        actions = tuple(self.actions)
+        object.__setattr__(self, "actions", actions)
+        if not actions:
+            raise Invalid("actions", "key '{key}' must name at least one action")
+        for action in actions:
+            if ACTION_PATTERN.fullmatch(action) is None:
+                raise Invalid("actions", f"key '{{key}}' holds an invalid action name {action!r}")
+            if actions.count(action) > 1:
+                raise Invalid("actions", f"key '{{key}}' names {action!r} more than once")
+        object.__setattr__(self, "action_options", freeze(self.action_options))
+        for action in self.action_options:
+            # An entry's options table is named after the entry without its inline argument ('sleep' for
+            # 'sleep:0.5', 'site.mod:Class' for 'site.mod:Class:arg'); the action registry checks which one.
+            if not any(entry == action or entry.startswith(f"{action}:") for entry in actions):
+                raise Invalid(action, f"{{key}}: options for action {action!r}, which is not in {{table}}.actions")
+        if self.retry_max_delay < self.retry_delay:
+            raise Invalid("retry_max_delay", f"key '{{key}}' ({self.retry_max_delay}) must not be less than "
+                          f"{{table}}.retry_delay ({self.retry_delay})")
+        try:
+            object.__setattr__(self, "_rules", RecordRules(self.checksum_pattern))
+        except InvalidRecord as exc:
+            raise Invalid("checksum_pattern", f"key '{{key}}': {exc}") from exc
+
+    @property
+    def rules(self) -> RecordRules:
+        """How this queue validates records (its checksum pattern, compiled once)."""
+        return self._rules

@@ -1,0 +1,157 @@
+"""Receipts: the wire form by which a site asks the next one about records it handed on, and the answers.
+
+A site in a cascade asks its next site's push daemon, over the connection it hands records on with, about the
+records in its custody (:mod:`dataq.store.custody`) with one line::
+
+    {"receipts": ["<id>", ...], "site": "<the asking site's name>"}
+
+(``site`` is optional). The push daemon answers, in order with the other lines of the connection, one line per
+id: a JSON object line ::
+
+    {"id": ID, "receipt": "done", "site": S, "at": T, ...}      done at S and, if S hands records on, at the end
+                                                                of its chain, which had it at time T
+    {"id": ID, "receipt": "pending", "site": S, "state": ...}   somewhere from here on: at site S, in state
+                                                                ``queued``, ``delayed``, ``inactive`` (with
+                                                                ``error``) or ``custody`` (waiting for S's next)
+    {"id": ID, "receipt": "unknown", "site": S}                 no site from S on holds it
+
+or ``Error: receipts: ...`` for an id that fails the queue's checksum pattern. A line that is not valid JSON,
+names anything else than a list of at most :data:`MAX_RECEIPT_IDS` ids, gets one ``Error: receipts: ...`` line in
+its place. Answers may carry more fields, for ``dataq-cli --trace``: ``from`` (the answering site), ``pushed``,
+``done`` (its own times), ``handed`` (when it handed the record on), ``next`` (where it hands records on).
+
+A push daemon older than receipts reads the line as a record and answers one ``Error:`` that does not start with
+``receipts:``: :func:`parse_answer` reports that as :data:`NOT_UNDERSTOOD`, and the asking site stops asking it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from dataq.errors import InvalidRecord, ProtocolError
+from dataq.protocol import ERROR_PREFIX, clean_message
+from dataq.record import RecordRules
+
+RECEIPTS_KEY: Final = "receipts"
+MAX_RECEIPT_IDS: Final = 1000
+"""Ids one receipts line may name: its answers must fit the connection's window of unanswered lines."""
+ERROR_TOPIC: Final = "receipts: "
+DONE: Final = "done"
+PENDING: Final = "pending"
+UNKNOWN: Final = "unknown"
+NOT_UNDERSTOOD: Final = "not understood"
+"""What :func:`parse_answer` makes of the error an older push daemon answers a receipts line with."""
+_MARKER: Final = b'"receipts"'
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptQuery:
+    """One receipts line as the push daemon read it: per id, the id, or why it is refused (an ``InvalidRecord``)."""
+
+    ids: list[str | InvalidRecord]
+    asker: str | None = None
+
+    @property
+    def valid(self) -> list[str]:
+        return [item for item in self.ids if isinstance(item, str)]
+
+
+def is_query(line: bytes) -> bool:
+    """Whether a wire line is a receipts query (checked before it is read as a record)."""
+    return line.startswith(b"{") and _MARKER in line
+
+
+def parse_query(line: bytes, rules: RecordRules) -> ReceiptQuery:
+    """Read a receipts line; InvalidRecord (its message starts with ``receipts:``) if the line is malformed."""
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(f"{ERROR_TOPIC}not a JSON object: {exc}") from None
+    if not isinstance(value, dict) or RECEIPTS_KEY not in value:
+        raise InvalidRecord(f"{ERROR_TOPIC}the line must be a JSON object with the key {RECEIPTS_KEY!r}")
+    unknown = sorted(set(value) - {RECEIPTS_KEY, "site"})
+    if unknown:
+        raise InvalidRecord(f"{ERROR_TOPIC}unknown key {unknown[0]!r}; the keys are {RECEIPTS_KEY!r} and 'site'")
+    ids, asker = value[RECEIPTS_KEY], value.get("site")
+    if not isinstance(ids, list):
+        raise InvalidRecord(f"{ERROR_TOPIC}{RECEIPTS_KEY!r} must be a list of ids")
+    if len(ids) > MAX_RECEIPT_IDS:
+        raise InvalidRecord(f"{ERROR_TOPIC}{len(ids)} ids in one line; at most {MAX_RECEIPT_IDS}")
+    if asker is not None and not isinstance(asker, str):
+        raise InvalidRecord(f"{ERROR_TOPIC}'site' must be a string")
+    checked: list[str | InvalidRecord] = []
+    for item in ids:
+        if not isinstance(item, str):
+            checked.append(InvalidRecord(f"{ERROR_TOPIC}an id must be a string, got {json.dumps(item)[:80]}"))
+            continue
+        try:
+            checked.append(rules.check_checksum(item))
+        except InvalidRecord as exc:
+            checked.append(InvalidRecord(f"{ERROR_TOPIC}{exc}"))
+    return ReceiptQuery(checked, asker)
+
+
+def query_line(ids: list[str], site: str) -> bytes:
+    """The receipts line a site sends about ``ids``, with its newline."""
+    return json.dumps({RECEIPTS_KEY: ids, "site": site}, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """One answer: ``done``, ``pending``, ``unknown``, ``error`` (an id refused) or :data:`NOT_UNDERSTOOD`."""
+
+    kind: str
+    record_id: str = ""
+    site: str = ""
+    """Where the record is (pending), had it last (done), or the site that does not know it (unknown)."""
+    at: float | None = None
+    """Done: when the end of the chain had it."""
+    state: str | None = None
+    error: str | None = None
+    """Pending: the record's last error there; error: why the id was refused."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The answer's other fields (``from``, ``pushed``, ``done``, ``handed``, ``next``)."""
+
+    def line(self) -> str:
+        """The answer line, with its newline."""
+        if self.kind == "error":
+            return f"{ERROR_PREFIX}{clean_message(self.error or '')}\n"
+        value: dict[str, Any] = {"id": self.record_id, "receipt": self.kind, "site": self.site}
+        if self.at is not None:
+            value["at"] = round(self.at, 3)
+        if self.state is not None:
+            value["state"] = self.state
+        if self.error is not None:
+            value["error"] = clean_message(self.error)
+        value.update(self.extra)
+        return json.dumps(value, separators=(",", ":")) + "\n"
+
+    def describe(self) -> str:
+        """One line for operators: ``done at S``, ``pending at S: queued``, ``unknown at S``."""
+        if self.kind == PENDING:
+            return f"pending at {self.site}: {self.state}" + (f" ({self.error})" if self.error else "")
+        if self.kind in (DONE, UNKNOWN):
+            return f"{self.kind} at {self.site}"
+        return f"{self.kind}: {self.error}"
+
+
+def parse_answer(line: bytes | str) -> Receipt:
+    """Read one answer line; ProtocolError if it is none of the forms above."""
+    text = (line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line).rstrip("\r\n")
+    if text.startswith(ERROR_PREFIX):
+        detail = text[len(ERROR_PREFIX):]
+        if detail.startswith(ERROR_TOPIC):
+            return Receipt("error", error=detail[len(ERROR_TOPIC):])
+        return Receipt(NOT_UNDERSTOOD, error=detail)
+    try:
+        value = json.loads(text)
+        kind = value.pop("receipt")
+        if kind not in (DONE, PENDING, UNKNOWN):
+            raise ValueError(f"unknown receipt {kind!r}")
+        at = value.pop("at", None)
+        return Receipt(kind, str(value.pop("id")), str(value.pop("site", "")), float(at) if at is not None else None,
+                       value.pop("state", None), value.pop("error", None), value)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"unexpected receipt answer {text[:200]!r}: {exc}") from None

@@ -1,0 +1,87 @@
+-- custody_settle.lua: what the next site answered about records in custody (dataq/store/custody.py).
+-- Each op names the entry it was decided on; an entry that changed since (kept again) is left alone ('0').
+-- KEYS[1] custody hash      KEYS[2] custody_due zset      KEYS[3] custody_since zset      KEYS[4] custody_sites hash
+-- KEYS[5] records hash      KEYS[6] active list           KEYS[7] counters hash           KEYS[8] events stream
+-- KEYS[9] receipts list
+-- KEYS[10..] two per op, in order: the record's shard of the remembered done records in the current and the
+--           previous generation (dataq/store/remembered.py)
+-- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
+-- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
+-- ARGV[7] when the current generation's shards expire (ms)        ARGV[8] the ops' digests (16 bytes each)
+-- ARGV[9..] five per op: kind, id, the entry it was decided on, then per kind:
+--   'd' done at the end of the chain:     end time (ms), its histogram bucket field in counters
+--   'p' still pending further on:         the entry to keep instead, when to ask next (ms)
+--   'w' no answer (outage, older peer):   '', when to ask next (ms)
+--   'r' unknown there: resend it:         the entry to keep instead, ''
+-- return: status string with one char per op, '1' applied or '0' the entry changed meanwhile
+local custody, due, since, sites = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local records, active, counters, events, receipts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local now, maxlen, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local expires, digests = ARGV[7], ARGV[8]
+local status, resent = {}, 0
+local function forget(id, entry)
+  redis.call('HDEL', custody, id)
+  redis.call('ZREM', due, id)
+  redis.call('ZREM', since, id)
+  if redis.call('HINCRBY', sites, entry['site'], -1) <= 0 then redis.call('HDEL', sites, entry['site']) end
+end
+local op = 0
+for base = 9, #ARGV, 5 do
+  op = op + 1
+  local kind, id, seen, a, b = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  local current = redis.call('HGET', custody, id)
+  if kind == 'w' then
+    if current then redis.call('ZADD', due, 'XX', b, id) end
+    status[op] = current and '1' or '0'
+  elseif current ~= seen then
+    status[op] = '0'
+  elseif kind == 'p' then
+    redis.call('HSET', custody, id, a)
+    redis.call('ZADD', due, b, id)
+    status[op] = '1'
+  elseif kind == 'd' then
+    local entry = cjson.decode(current)
+    forget(id, entry)
+    -- The done record's memory learns when the end of the chain had it: '<done ms>,<wait ms>,<end - done ms>'.
+    local field = string.sub(digests, 16 * op - 15, 16 * op)
+    local cur_key, prev_key = KEYS[8 + 2 * op], KEYS[9 + 2 * op]
+    local value = redis.call('HGET', cur_key, field) or redis.call('HGET', prev_key, field)
+    local end_ms = tonumber(a)
+    local done_ms, wait = now, 0
+    if value then
+      done_ms = tonumber(string.match(value, '^(%d+)'))
+      wait = tonumber(string.match(value, '^%d+,(%d+)')) or 0
+    end
+    local relayed = string.format('%d,%d,%d', done_ms, wait, math.max(0, end_ms - done_ms))
+    if redis.call('HSET', cur_key, field, relayed) == 1 and redis.call('HLEN', cur_key) == 1 then
+      redis.call('PEXPIREAT', cur_key, expires)  -- the key's first field: it expires with its generation
+    end
+    local pushed_us = tonumber(string.match(entry['r'], '^[^%z]*%z[^%z]*%z([^%z]*)')) or now * 1000
+    local latency = math.max(0, end_ms - math.floor(pushed_us / 1000))
+    redis.call('LPUSH', receipts, string.format('%d,%d', now, latency))
+    redis.call('HINCRBY', counters, 'receipts', 1)
+    redis.call('HINCRBY', counters, b, 1)
+    redis.call('HINCRBY', counters, 'receipt_ms_sum', latency)
+    if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'receipt', 'id', id, 'd', 'done at ' .. a) end
+    status[op] = '1'
+  else -- 'r'
+    local entry = cjson.decode(a)
+    -- Back in the queue as it was first pushed here, unless it is there already (run again meanwhile).
+    if redis.call('HSETNX', records, id, entry['r']) == 1 then
+      redis.call('LPUSH', active, id)
+      resent = resent + 1
+      if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'resent', 'id', id, 'd', entry['site']) end
+    end
+    redis.call('HSET', custody, id, a)
+    -- Asked about again once it is handed on anew (custody_keep); meanwhile only if it is never kept again.
+    redis.call('ZADD', due, b ~= '' and b or now + 86400000, id)
+    status[op] = '1'
+  end
+end
+if resent > 0 then
+  redis.call('HINCRBY', counters, 'resent', resent)
+  redis.call(ARGV[6] == 'sharded' and 'SPUBLISH' or 'PUBLISH', ARGV[4], ARGV[5])
+end
+if maxlen > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
+redis.call('LTRIM', receipts, 0, kept - 1)
+return table.concat(status)

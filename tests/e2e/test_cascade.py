@@ -1,0 +1,283 @@
+"""Custody across sites, every site a host of its own on loopback (a Redis, an rsync daemon, ``dataq push`` and
+``dataq pop``; :mod:`testbed.cascade`): a mountain's source is deleted only once the last site holds the file,
+a lost hop is healed by resending, an outage is waited out, and every record can be traced site by site."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from dataq.feed.client import Feeder
+from dataq.protocol import ReplyKind
+from dataq.record import Record
+from testbed.cascade import Cascade, Site
+from testbed.rsync import LOOPBACK, rsync_daemon
+from testbed.waits import eventually, eventually_equal
+
+FAST = {"receipt_interval": 0.3, "resend_after": 3.0, "handon_timeout": 3.0}
+"""Custody timings for tests: ask often, resend after 3 s."""
+FLOW_TIMEOUT = 120.0
+
+
+def make_sources(directory: Path, count: int, prefix: str = "c4d") -> list[Record]:
+    directory.mkdir(parents=True, exist_ok=True)
+    records = []
+    for n in range(count):
+        data = f"{prefix} {n}\n".encode() + os.urandom(512 + n)
+        path = directory / f"{prefix}_{n:05d}.fits"
+        path.write_bytes(data)
+        records.append(Record(str(path), hashlib.md5(data).hexdigest(), len(data)))
+    return records
+
+
+def archived(site: Site) -> set[str]:
+    """The checksums the archive's disk_store holds (its files are named by checksum)."""
+    return {path.name for path in site.archive.rglob("*") if path.is_file()}
+
+
+class SourceWatch:
+    """Checks, while the cascade runs, that no source is gone before the archive holds its file."""
+
+    def __init__(self, records: list[Record], archive: Site) -> None:
+        self.records, self.archive = records, archive
+        self.early: list[str] = []
+
+    def look(self) -> set[str]:
+        gone = {record.checksum for record in self.records if not os.path.exists(record.path)}
+        # The archive is read after the sources: a file that arrived in between counts as there before.
+        self.early += sorted(gone - archived(self.archive))
+        return gone
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.to_thread(self.look)
+            await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def watching(records: list[Record], archive: Site) -> AsyncIterator[SourceWatch]:
+    watch = SourceWatch(records, archive)
+    task = asyncio.create_task(watch.run())
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert watch.early == [], f"sources deleted before the archive held them: {watch.early[:5]}"
+
+
+@contextlib.contextmanager
+def cascade(tmp_path: Path, names: list[str]) -> Iterator[Cascade]:
+    chain = Cascade(tmp_path, names, move=FAST, pop={"concurrency": 16})
+    try:
+        chain.start()
+        yield chain
+    finally:
+        chain.stop()
+
+
+async def feed(site: Site, records: list[Record]) -> list[ReplyKind]:
+    result = await Feeder(LOOPBACK, site.port, window=len(records) + 1, retry_for=30.0).feed(records)
+    assert result.replies is not None
+    return [reply.kind for reply in result.replies]
+
+
+async def all_delivered(chain: Cascade, records: list[Record], watch: SourceWatch) -> None:
+    """Every file at the archive and every source gone (deleted only after its receipt)."""
+    wanted = {record.checksum for record in records}
+
+    async def delivered() -> bool:
+        return wanted <= archived(chain.last) and await asyncio.to_thread(watch.look) >= wanted
+
+    await eventually(delivered, timeout=FLOW_TIMEOUT, what="every file archived and its source removed")
+
+
+async def summary_of(site: Site) -> dict[str, object]:
+    return json.loads(await asyncio.to_thread(cli, site, "--summary", "--json"))  # type: ignore[no-any-return]
+
+
+def cli(site: Site, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", "from dataq.cli.console import main; main()", "--config",
+                           str(site.config), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def counters(site: Site) -> dict[str, int]:
+    store = site.store()
+    try:
+        return (await store.summary()).counters
+    finally:
+        await store.close()
+
+
+async def custody_count(site: Site) -> int:
+    store = site.store()
+    try:
+        return (await store.summary()).custody
+    finally:
+        await store.close()
+
+
+async def test_three_sites_deliver_every_file_and_a_source_goes_only_once_the_archive_holds_it(
+        tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 200)
+    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+        async with watching(records, chain.last) as watch:
+            assert await feed(chain.first, records) == [ReplyKind.PUSHED] * 200
+            await all_delivered(chain, records, watch)
+        for site in chain.sites[:-1]:
+            await eventually_equal(lambda site=site: custody_count(site), 0, what=f"custody at {site.name} empty")
+        trace = json.loads(await asyncio.to_thread(cli, chain.first, "--trace", records[7].checksum, "--json"))
+        assert [hop["site"] for hop in trace["hops"]] == ["mountain", "valley", "archive"]
+        assert [hop["state"] for hop in trace["hops"]] == ["done"] * 3
+        assert all(seconds >= 0 for seconds in trace["hop_seconds"][1:])
+        text = await asyncio.to_thread(cli, chain.first, "--trace", records[7].checksum)
+        assert "3 site(s)" in text and "end to end:" in text
+        custody = (await summary_of(chain.first))["custody"]
+        assert isinstance(custody, dict)
+        assert (custody["records"], custody["receipts_last_hour"], custody["resent"]) == (0, 200, 0)
+        assert 0 <= custody["latency_p50_seconds"] <= custody["latency_p99_seconds"] < FLOW_TIMEOUT
+
+
+async def test_the_same_files_fed_again_after_they_are_done_are_ignored_and_moved_once(tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 40)
+    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+        async with watching(records, chain.last) as watch:
+            await feed(chain.first, records)
+            await all_delivered(chain, records, watch)
+        assert await feed(chain.first, records) == [ReplyKind.IGNORED] * 40
+        # The valley got each file once, and so does anyone handing it on again there.
+        handed = [Record(f"{chain.sites[1].incoming}/{os.path.basename(r.path)}", r.checksum, r.size) for r in records]
+        assert await feed(chain.sites[1], handed) == [ReplyKind.IGNORED] * 40
+        assert len(chain.sites[1].rsync.received()) == 40 == len(chain.last.rsync.received())
+        assert (await counters(chain.first))["duplicate"] == 40
+
+
+async def test_a_valley_lost_after_the_hand_on_is_healed_by_resending_and_nothing_is_lost(tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 200)
+    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+        mountain, valley, archive = chain.sites
+        valley.pop.kill()  # the valley holds what it is handed: nothing goes further
+        async with watching(records, archive) as watch:
+            await feed(mountain, records)
+            await eventually_equal(lambda: custody_count(mountain), 200, timeout=FLOW_TIMEOUT,
+                                   what="every record handed on to the valley")
+            assert all(os.path.exists(record.path) for record in records), "no receipt yet, no source deleted"
+            valley.destroy()  # its Redis and its copies gone; a new host, empty, on the same addresses
+            valley.start_daemons()
+            await all_delivered(chain, records, watch)
+        assert (await counters(mountain))["resent"] == 200
+        assert archived(archive) == {record.checksum for record in records}
+
+
+async def test_an_archive_down_for_longer_than_resend_after_holds_custody_and_nothing_is_resent(
+        tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 50)
+    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+        mountain, valley, archive = chain.sites
+        archive.down()
+        async with watching(records, archive) as watch:
+            await feed(mountain, records)
+            await eventually_equal(lambda: custody_count(mountain), 50, timeout=FLOW_TIMEOUT,
+                                   what="every record in the mountain's custody")
+            await asyncio.sleep(3 * FAST["resend_after"])  # a negative check: no resend must happen meanwhile
+            assert (await counters(mountain)).get("resent", 0) == 0
+            assert (await counters(valley)).get("resent", 0) == 0
+            custody = (await summary_of(mountain))["custody"]
+            assert isinstance(custody, dict) and custody["records"] == 50
+            assert "valley" in str(custody["oldest_answer"]), "custody says where the records wait"
+            archive.up()
+            await all_delivered(chain, records, watch)
+        assert (await counters(mountain)).get("resent", 0) == 0
+
+
+async def test_sigkill_of_each_sites_pop_daemon_mid_flow_loses_nothing_and_deletes_nothing_early(
+        tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 200)
+    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+        async with watching(records, chain.last) as watch:
+            await feed(chain.first, records)
+            for site in chain.sites:
+                await eventually(lambda site=site: _has_done(site), timeout=FLOW_TIMEOUT,
+                                 what=f"work under way at {site.name}")
+                site.pop.signal(signal.SIGKILL)
+                site.pop.kill()
+                site.pop.start()
+            await all_delivered(chain, records, watch)
+        assert archived(chain.last) == {record.checksum for record in records}
+
+
+async def _has_done(site: Site) -> bool:
+    return (await counters(site)).get("done", 0) > 0
+
+
+async def test_a_four_site_chain_delivers_and_traces_every_site(tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 50)
+    with cascade(tmp_path, ["mountain", "valley", "city", "archive"]) as chain:
+        async with watching(records, chain.last) as watch:
+            await feed(chain.first, records)
+            await all_delivered(chain, records, watch)
+        trace = json.loads(await asyncio.to_thread(cli, chain.first, "--trace", records[0].checksum, "--json"))
+        assert [hop["site"] for hop in trace["hops"]] == ["mountain", "valley", "city", "archive"]
+        assert {hop["state"] for hop in trace["hops"]} == {"done"}
+
+
+class OlderPeer:
+    """A push daemon of a dataq older than receipts: it takes record lines and refuses anything else."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            self.lines.append(line)
+            parts = line.split()
+            if line.startswith(b"{"):
+                writer.write(b"Error: JSON record: missing key 'path'\n")
+            else:
+                writer.write(b"Pushed ID=" + parts[1] + b"\n")
+            await writer.drain()
+        writer.close()
+
+
+async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(tmp_path: Path) -> None:
+    records = make_sources(tmp_path / "data", 20)
+    peer = OlderPeer()
+    server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
+    port = server.sockets[0].getsockname()[1]
+    with rsync_daemon(tmp_path / "rsyncd", {"incoming": tmp_path / "older"}) as daemon:
+        site = Site(tmp_path, "mountain")
+        site.start_services()
+        site.write_config(["network_move"], {"network_move": {
+            "destination": daemon.url("incoming"), "next_sites": [f"{LOOPBACK}:{port}"],
+            "next_path": "/older/{relpath}", "remove_source": "after_receipt", **FAST}}, {}, {})
+        site.start_daemons()
+        try:
+            assert await feed(site, records) == [ReplyKind.PUSHED] * 20
+            await eventually_equal(lambda: custody_count(site), 20, timeout=FLOW_TIMEOUT, what="custody of 20")
+
+            async def reported() -> bool:
+                custody = (await summary_of(site)).get("custody")
+                return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
+
+            await eventually(reported, timeout=FLOW_TIMEOUT, what="the older peer shown in --summary")
+            text = await asyncio.to_thread(cli, site, "--summary")
+            assert f"next site {LOOPBACK}:{port}: does not understand receipts" in text
+            await asyncio.sleep(2 * FAST["resend_after"])  # a negative check: nothing deleted, nothing resent
+            assert all(os.path.exists(record.path) for record in records)
+            assert (await counters(site)).get("resent", 0) == 0
+            assert sum(1 for line in peer.lines if not line.startswith(b"{")) == 20, "each record handed on once"
+        finally:
+            site.stop()
+            server.close()
+            await server.wait_closed()
