@@ -21,8 +21,8 @@ from dataq.feed.forward import Forwarder, forward_until_stopped
 from dataq.feed.intake import entry_of
 from dataq.feed.spool import Spool
 from dataq.logs import get_logger
-from dataq.protocol import ReplyKind
-from dataq.record import Record
+from dataq.protocol import Reply, ReplyKind
+from dataq.record import SITE_REFUSED, Record, handon_line
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.supervise import cancel_and_wait
 
@@ -44,8 +44,12 @@ class HandOn:
     """Hands records on to ``sites`` (``host:port``, tried in order); see the module's docstring."""
 
     def __init__(self, sites: tuple[str, ...], *, timeout: float, spool: str | None,
-                 tls: tuple[str | None, str | None, str | None]) -> None:
+                 tls: tuple[str | None, str | None, str | None], site: str = "") -> None:
         self.sites, self.timeout, self.spool_dir, self.tls_files = sites, timeout, spool, tls
+        self.site = site
+        """This site's name, carried with each hand-on (none: hand-ons in the 2014 form)."""
+        self._plain = not site
+        """Hand-ons go without the site's name: a next site is older than site names."""
         self._tls: ssl.SSLContext | None = None
         self._spool: Spool | None = None
         self._forwarder: Forwarder | None = None
@@ -111,28 +115,41 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""
+        outcome = await self._offer(handed if self._plain else handon_line(handed, self.site))
+        if isinstance(outcome, tuple) and outcome[1].kind is ReplyKind.ERROR and \
+                outcome[1].detail.startswith(SITE_REFUSED):
+            log.info("the next site is older than site names: hand-ons go without this site's name",
+                     site=outcome[0])
+            self._plain = True
+            outcome = await self._offer(handed)
+        if isinstance(outcome, str):
+            # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
+            raise Retryable(f"no next site took the record: {outcome}",
+                            destination=f"next sites {', '.join(self.sites)}")
+        site, reply = outcome
+        if reply.kind is ReplyKind.ERROR:
+            raise ActionError(f"next site {site} refused the record: {reply.detail}")
+        log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
+        return site
+
+    async def _offer(self, item: Record | str) -> tuple[str, Reply] | str:
+        """One round over the sites: the site that answered (as ``next_sites`` writes it) and its reply, or why
+        none did."""
         (host, port), *others = [parse_site(site) for site in self.sites]
-        # One round over the sites, each given ``timeout`` to accept and to answer (the feeder's fail-over); the
-        # default window: with a window of exactly one record the feeder would wait for more input.
+        # Each site is given ``timeout`` to accept and to answer (the feeder's fail-over); the default window:
+        # with a window of exactly one record the feeder would wait for more input.
         feeder = Feeder(host, port, also=others, retry_for=0.0, timeout=self.timeout, tls=self._tls)
         try:
             # A lone site is not left for being silent (there is no other): it gets one more ``timeout`` to answer.
             async with asyncio.timeout(2 * self.timeout * len(self.sites)):
-                result = await feeder.feed([handed])
+                result = await feeder.feed([item])
         except TimeoutError:
-            problem = f"no answer within {2 * self.timeout * len(self.sites):g} s"
+            return f"no answer within {2 * self.timeout * len(self.sites):g} s"
         except DataqError as exc:  # unreachable, or not speaking the push protocol
-            problem = str(exc)
-        else:
-            assert result.replies is not None
-            (reply,) = result.replies
-            site = f"{feeder.host}:{feeder.port}"
-            if reply.kind is ReplyKind.ERROR:
-                raise ActionError(f"next site {site} refused the record: {reply.detail}")
-            log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
-            return self._configured(feeder.host, feeder.port)
-        # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
-        raise Retryable(f"no next site took the record: {problem}", destination=f"next sites {', '.join(self.sites)}")
+            return str(exc)
+        assert result.replies is not None
+        (reply,) = result.replies
+        return self._configured(feeder.host, feeder.port), reply
 
     def _configured(self, host: str, port: int) -> str:
         """The next site as ``next_sites`` writes it."""
@@ -144,7 +161,10 @@ class HandOn:
             raise Retryable("the hand-on sender has stopped (see the pop daemon's log)",
                             destination=f"spool {self._spool.directory}")
         try:
-            await self._spool.add([entry_of(handed)])
+            entry = entry_of(handed)
+            if self.site:  # the forwarder sends it without the site's name to a next site older than names
+                entry = entry._replace(line=(handon_line(handed, self.site) + "\n").encode("utf-8", "surrogateescape"))
+            await self._spool.add([entry])
         except DataqError as exc:  # a full disk, a damaged spool: the record runs again later
             raise Retryable(f"cannot keep the hand-on: {exc}", destination=f"spool {self._spool.directory}") from exc
         self._forwarder.wake()

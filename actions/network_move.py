@@ -151,7 +151,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         # read late instead of the first ones early, and the first batch would wait for all of them.
         self._readers = asyncio.Semaphore(os.cpu_count() or 1)
         self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
-                               tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key))
+                               tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
+                               site=context.site)
         self._custody = SenderCustody(self._hand_on, context, options)
 
     async def start(self) -> None:

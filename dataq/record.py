@@ -5,7 +5,8 @@ same checksum are the same data) and its ``size`` in bytes, plus when and from w
 is the only place that parses or formats records, so the daemons, the CLI and the tests agree on every form:
 
 * the wire/file text line ``<path> <checksum> <size>`` (the 2014 data-q's form; paths without whitespace);
-* the JSON object line ``{"path": ..., "checksum": ..., "size": ...}`` (any path, spaces included);
+* the JSON object line ``{"path": ..., "checksum": ..., "size": ...}`` (any path, spaces included; a cascade's
+  hand-on adds ``"site"``, the handing site's name: :func:`handon_line`);
 * the list line ``<checksum> : path=<path>, size=<size>`` that ``dataq-cli --list`` prints;
 * the stored value kept in Redis (fields joined by NUL, which no validated field can contain).
 """
@@ -30,6 +31,12 @@ MAX_SIZE = 2**63 - 1
 """Largest file size any filesystem reports (signed 64-bit ``off_t``)."""
 
 JSON_KEYS = frozenset({"path", "checksum", "size"})
+SITE_KEY = "site"
+"""The JSON form's one optional key: the name of the site that hands the record on (a cascade's hand-on)."""
+SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""A site's name (the setting ``site``)."""
+SITE_REFUSED = f"unknown JSON key {SITE_KEY!r}"
+"""How a push daemon older than site names starts its refusal of a hand-on that carries one."""
 _STORED_SEPARATOR = "\0"
 _DIGITS = re.compile(r"[0-9]+")
 _COMMON_LINE = rf"(/[!-~]{{0,{MAX_PATH_LENGTH - 1}}}) ([!-~]+) ([0-9]{{1,19}})\r?\n?"
@@ -52,7 +59,8 @@ class Record:
     pushed_at: float | None = None
     """Seconds since the epoch when Redis stored the record (None until stored)."""
     source: str | None = None
-    """Who pushed it: a feeder's ``host:port``, ``cli``, ``load:<file>``..."""
+    """Who pushed it: a feeder's ``host:port``, ``<site>@<host:port>`` for a cascade's hand-on, ``cli``,
+    ``load:<file>``... (a parsed hand-on line holds the handing site's name here until it is stored)."""
 
     @property
     def id(self) -> str:
@@ -197,18 +205,23 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
         raise InvalidRecord(f"invalid JSON: {_shortened(str(exc), 120)}") from exc
     if not isinstance(obj, dict):
         raise InvalidRecord("JSON record must be an object")
-    unknown = sorted(set(obj) - JSON_KEYS)
+    unknown = sorted(set(obj) - JSON_KEYS - {SITE_KEY})
     if unknown:
-        raise InvalidRecord(f"unknown JSON key {unknown[0]!r}; expected only {sorted(JSON_KEYS)}")
+        raise InvalidRecord(f"unknown JSON key {unknown[0]!r}; expected only {sorted(JSON_KEYS)} "
+                            f"(and {SITE_KEY!r})")
     missing = sorted(JSON_KEYS - set(obj))
     if missing:
         raise InvalidRecord(f"JSON record lacks the key {missing[0]!r}")
-    path, checksum = obj["path"], obj["checksum"]
+    path, checksum, site = obj["path"], obj["checksum"], obj.get(SITE_KEY)
     if not isinstance(path, str):
         raise InvalidRecord(f"path {path!r} is not a string")
     if not isinstance(checksum, str):
         raise InvalidRecord(f"checksum {checksum!r} is not a string")
-    return make_record(path, checksum, obj["size"], rules)
+    if site is not None and (not isinstance(site, str) or SITE_PATTERN.fullmatch(site) is None):
+        raise InvalidRecord(f"site {_shortened(json.dumps(site), 80)} is not a site name (1 to 64 letters, digits, "
+                            "_, -, . or :)")
+    record = make_record(path, checksum, obj["size"], rules)
+    return record if site is None else Record(record.path, record.checksum, record.size, source=site)
 
 
 def format_line(record: Record) -> str:
@@ -216,6 +229,24 @@ def format_line(record: Record) -> str:
     if any(ch.isspace() for ch in record.path):
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
     return f"{record.path} {record.checksum} {record.size}"
+
+
+def handon_line(record: Record, site: str) -> str:
+    """The JSON line a site hands ``record`` on with, naming itself (push daemons older than site names refuse
+    it: :data:`SITE_REFUSED`; :func:`format_line` is the form they take)."""
+    return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size, SITE_KEY: site})
+
+
+def without_site(line: bytes) -> bytes:
+    """A hand-on line in the form push daemons older than site names take (the line as it is if it has none)."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(obj, dict) or SITE_KEY not in obj:
+        return line
+    record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
+    return (format_line(record) + "\n").encode("utf-8", "surrogateescape")
 
 
 def format_list_line(record: Record) -> str:

@@ -15,7 +15,8 @@ def fake_store(queue: str = "transfer") -> QueueStore:
 
 
 def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
-                   store: QueueStore | None = None) -> ActionContext:
-    """What a pop daemon gives its actions; by default leases of a store on fakeredis."""
+                   store: QueueStore | None = None, site: str = "") -> ActionContext:
+    """What a pop daemon gives its actions; by default leases of a store on fakeredis, no custody, no site name
+    (hand-ons then go in the form of before site names)."""
     queue = queue or QueueSettings("transfer")
-    return ActionContext(queue, concurrency, store or fake_store(queue.name))
+    return ActionContext(queue, concurrency, store or fake_store(queue.name), site=site)

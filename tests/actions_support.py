@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -125,3 +126,27 @@ def corrupting_rsync(directory: Path, victim: Path) -> Path:
     )
     script.chmod(0o755)
     return script
+
+
+class OlderPeer:
+    """A push daemon of a dataq older than receipts and site names: it reads every line as a record, in either
+    wire form of 2025, and refuses any other (as its parser did, with the same words)."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            self.lines.append(line)
+            if line.startswith(b"{"):
+                keys = sorted(json.loads(line))
+                unknown = [key for key in keys if key not in ("checksum", "path", "size")]
+                if unknown:
+                    writer.write(f"Error: unknown JSON key {unknown[0]!r}; expected only "
+                                 f"['checksum', 'path', 'size']\n".encode())
+                else:
+                    writer.write(b"Pushed ID=" + json.loads(line)["checksum"].encode() + b"\n")
+            else:
+                writer.write(b"Pushed ID=" + line.split()[1] + b"\n")
+            await writer.drain()
+        writer.close()

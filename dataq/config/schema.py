@@ -22,7 +22,6 @@ the section's ``_check``.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from dataq.config.queue_settings import QueueSettings
 from dataq.config.redis_settings import RedisSettings
 from dataq.errors import ConfigError
 from dataq.logs import LOG_FORMATS, LOG_LEVELS, SYSTEM_LOG_DIR
+from dataq.record import SITE_PATTERN
 
 CONFIG_ENV = "DATAQ_CONFIG"
 """Names the settings file when :func:`load_settings` gets no path; set and empty, no file is read at all."""
@@ -61,7 +61,6 @@ ENV_OVERRIDES: Mapping[str, str] = MappingProxyType({
 })
 """Environment variable -> the dotted key it overrides."""
 DEFAULT_QUEUE = "transfer"
-SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """The one queue configured when the file defines none (the 2014 data-q's only queue)."""
 MIN_LINE_BYTES = 256
 """The smallest ``push.max_line_bytes``: shorter lines could not hold a record with a realistic path."""

@@ -25,6 +25,7 @@ from dataq.feed.client import DEFAULT_WINDOW, Feeder, Target
 from dataq.feed.spool import Pending, Spool
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
+from dataq.record import SITE_REFUSED, without_site
 
 SETTLE_EVERY = 0.05
 """Seconds between two settlements of answers in the spool (one transaction each)."""
@@ -72,6 +73,10 @@ class Forwarder:
         self._next_index = 0
         self._done: list[int] = []
         self._refused: list[tuple[int, str]] = []
+        self._again: list[Pending] = []
+        """Rows a push daemon older than site names refused for the site's name: sent again without it."""
+        self._plain = False
+        """Send every row without a site's name (a push daemon refused one)."""
         self._link_notes: dict[str, object] = {}
         self._outage_since: float | None = None
         self.counts: Counter[str] = Counter()
@@ -109,6 +114,11 @@ class Forwarder:
     async def _records(self) -> AsyncIterator[bytes]:
         cursor = 0
         while not self._stop.is_set():
+            if self._again:  # refused for the site's name they carried: sent again without it
+                again, self._again = self._again, []
+                for row in again:
+                    yield self._out(row)
+                continue
             if not self._connected.is_set():
                 # Rows are read (and their files looked at) only once they can go out: a file deleted during an
                 # outage is then not sent after it.
@@ -128,11 +138,17 @@ class Forwarder:
                     continue
             cursor = rows[-1].seq
             for row in await self._without_vanished(rows):
-                self._sent[self._next_index] = row
-                self._next_index += 1
-                yield row.line
+                yield self._out(row)
                 if self._stop.is_set():
                     return
+
+    def _out(self, row: Pending) -> bytes:
+        """Note a row as sent; its line (without the site's name, for a push daemon older than site names)."""
+        if self._plain:
+            row = row._replace(line=without_site(row.line))
+        self._sent[self._next_index] = row
+        self._next_index += 1
+        return row.line
 
     async def _without_vanished(self, rows: list[Pending]) -> list[Pending]:
         """Drop the records of watched files deleted before they were sent (sending them would fail later)."""
@@ -153,6 +169,15 @@ class Forwarder:
 
     def _on_reply(self, index: int, reply: Reply) -> None:
         row = self._sent.pop(index)
+        if reply.kind is ReplyKind.ERROR and reply.detail.startswith(SITE_REFUSED) and \
+                without_site(row.line) != row.line:
+            # A push daemon older than site names (a cascade's hand-on carries one): sent again without it.
+            if not self._plain:
+                log.info("the push daemon is older than site names: records go without the site's name")
+            self._plain = True
+            self._again.append(row)
+            self._wake.set()
+            return
         self.counts[_COUNTED[reply.kind]] += 1
         if reply.kind is ReplyKind.ERROR:
             log.error("the push daemon refused a record; it stays in the spool, refused", path=row.path,

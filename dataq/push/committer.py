@@ -227,7 +227,9 @@ class Committer:
                              on_written: Callable[[], None]) -> _Stored | None:
         if not records:
             return None
-        items = [(e, s.sink.peer) for s in batch for e in s.entries if isinstance(e, Record)]
+        # A hand-on names the site it comes from (parsed into its source): stored as site@peer.
+        items = [(e, s.sink.peer if e.source is None else f"{e.source}@{s.sink.peer}")
+                 for s in batch for e in s.entries if isinstance(e, Record)]
         # One push time for every attempt: it is what lets the store recognise a retried write.
         now = time.time()
         replays = self.unconfirmed.replays(items)

@@ -27,6 +27,7 @@ from testbed.waits import eventually
 from tests.actions_support import (
     LOOPBACK,
     PUSHED_DATE,
+    OlderPeer,
     SilentServer,
     corrupting_rsync,
     fake_ssh,
@@ -60,10 +61,10 @@ async def next_queue(redis_url: str) -> AsyncIterator[QueueStore]:
     await store.close()
 
 
-def make_action(tmp_path: Path, **options: Any) -> NetworkMoveAction:
+def make_action(tmp_path: Path, site: str = "", **options: Any) -> NetworkMoveAction:
     """The action as the pop daemon builds it: through the registry, from a queue's options table."""
     queue = QueueSettings("transfer", actions=("network_move",), action_options={"network_move": options})
-    (action,) = load_actions(action_context(queue))
+    (action,) = load_actions(action_context(queue, site=site))
     assert isinstance(action, NetworkMoveAction)
     return action
 
@@ -352,6 +353,42 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
     assert caught.value.destination == f"next sites {down}, {silent}"
     assert Path(record.path).exists(), "the source stays until the next site holds the record"
     assert os.path.exists(valley / "incoming" / PUSHED_DATE / "a.fits"), "the transfer itself was done"
+
+
+async def test_the_hand_on_names_this_site_and_the_next_site_stores_it_with_the_record(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    await make_action(tmp_path, site="mountain", **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}")).run(record)
+    handed = await next_site_holds(next_queue, record)
+    assert handed is not None and handed.source is not None and handed.source.startswith("mountain@127.0.0.1:")
+
+
+@pytest.mark.parametrize("spooled", [False, True])
+async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_name(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool) -> None:
+    records = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(3)]
+    peer = OlderPeer()
+    server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
+    site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+    spool = {"handon_spool": str(tmp_path / "handon")} if spooled else {}
+    action = make_action(tmp_path, site="mountain", **hand_on_options(daemon, site, **spool))
+    await action.start()
+    try:
+        for record in records:
+            await action.run(record)
+
+        async def all_taken() -> bool:
+            return sum(1 for line in peer.lines if not line.startswith(b"{")) == 3
+
+        await eventually(all_taken, 20)
+    finally:
+        await action.close()
+        server.close()
+        await server.wait_closed()
+    assert [line for line in peer.lines if line.startswith(b"{")] == [peer.lines[0]], "refused once, for the name"
+    if spooled:
+        status = read_spool_status(str(tmp_path / "handon"))
+        assert (status.pending, status.refused) == (0, 0)
 
 
 # --- hand-on through a spool, and over TLS -------------------------------------------------------------------

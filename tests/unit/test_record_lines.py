@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataq.errors import InvalidRecord
-from dataq.record import MAX_PATH_LENGTH, MAX_SIZE, Record, RecordRules, _parse_line_fully, parse_line
+from dataq.record import (
+    MAX_PATH_LENGTH,
+    MAX_SIZE,
+    Record,
+    RecordRules,
+    _parse_line_fully,
+    handon_line,
+    parse_line,
+    without_site,
+)
 
 printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
 odd = st.sampled_from(["\t", "\x00", "\x7f", "\x1f", "é", "\u00a0", "\u2003", "\r", "{"])
@@ -83,3 +94,24 @@ def test_leading_zeros_do_not_make_a_size_too_large() -> None:
 def test_an_id_outside_the_configured_pattern_is_refused_with_the_pattern() -> None:
     with pytest.raises(InvalidRecord, match="does not match the pattern"):
         parse_line(b"/data/a F45CC4C647913BC6E22DF280C733758E 5\n")
+
+
+def test_a_hand_on_line_names_the_site_it_comes_from_and_strips_back_to_the_older_form() -> None:
+    record = Record("/data/a b.fits", "0" * 32, 12)
+    line = handon_line(record, "mountain")
+    parsed = parse_line(line)
+    assert (parsed.path, parsed.checksum, parsed.size, parsed.source) == (record.path, record.checksum, 12, "mountain")
+    plain = without_site((line + "\n").encode())
+    assert parse_line(plain) == record and b"site" not in plain
+    assert without_site(b"/data/a.fits " + b"0" * 32 + b" 12\n") == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+
+
+@pytest.mark.parametrize(("site", "message"), [(7, "site 7 is not a site name"),
+                                               ("a b", 'site "a b" is not a site name'),
+                                               ("x" * 65, "is not a site name")])
+def test_a_hand_on_line_with_a_bad_site_name_is_refused_naming_it(site: object, message: str) -> None:
+    line = json.dumps({"path": "/a", "checksum": "0" * 32, "size": 1, "site": site})
+    with pytest.raises(InvalidRecord, match=message):
+        parse_line(line)
+    with pytest.raises(InvalidRecord, match="unknown JSON key 'sit'"):
+        parse_line(json.dumps({"path": "/a", "checksum": "0" * 32, "size": 1, "sit": "x"}))
