@@ -57,6 +57,10 @@ class Custody(Protocol):
         """Records whose next site is due to be asked."""
         ...
 
+    def custody_count(self) -> Awaitable[int]:
+        """Records in custody."""
+        ...
+
     def oldest_in_custody(self, limit: int) -> Awaitable[list[CustodyEntry]]:
         """The records longest in custody, the oldest first."""
         ...

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from dataq.errors import DataqError
+from dataq.errors import DataqError, Retryable
 from dataq.feed.receipts_client import OlderPeer, ask
 from dataq.logs import get_logger
 from dataq.ops.custody_report import PEERS_KEY
@@ -204,6 +204,8 @@ class CustodyKeeper:
                                                           resends=entry.resends + 1))
         if receipt.kind not in (PENDING, UNKNOWN):
             log.warning("the next site refused a receipt query", id=entry.record.id, error=receipt.error)
+        if answer == entry.answer:
+            return Settle("w", entry, ask_at=later)  # nothing new to keep: only asked again later (no rewrite)
         return Settle("p", entry, replacement=replace(entry, answer=answer), ask_at=later)
 
     async def _check_alarm(self, now: float) -> None:
@@ -245,6 +247,8 @@ class SenderCustody:
         self.hand_on, self.context, self.options = hand_on, context, options
         self.keeper: CustodyKeeper | None = None
         self._stop = asyncio.Event()
+        self._held = 0
+        """Records in custody, as last read (each keep says)."""
 
     def start(self) -> None:
         """Start the keeper (after the hand-on, whose TLS and spool it uses)."""
@@ -258,13 +262,25 @@ class SenderCustody:
                                     notifier=self.context.notifier, spooled=self.hand_on.spooled)
         self.keeper.start(self._stop)
 
+    async def check_room(self) -> None:
+        """Before a hand-on: Retryable while custody holds ``custody_max`` records (the queue waits, as for an
+        outage, until receipts make room), so custody stays bounded."""
+        custody, options = self.context.custody, self.options
+        if custody is None or not options.custody or self._held < options.custody_max:
+            return
+        self._held = await custody.custody_count()
+        if self._held >= options.custody_max:
+            raise Retryable(f"custody is full: {self._held} records handed on wait for their receipts "
+                            f"(custody_max {options.custody_max})",
+                            destination="custody (receipts from the next sites)")
+
     async def keep(self, record: Record, site: str, identity: tuple[int, ...] | None) -> None:
         """Put a record just handed on to ``site`` in custody."""
         if self.context.custody is None or not self.options.custody:
             return
         now = time.time()
         entry = CustodyEntry(record, site, now, identity=identity)
-        await self.context.custody.keep([entry], now + self.options.receipt_interval, now)
+        self._held = await self.context.custody.keep([entry], now + self.options.receipt_interval, now)
 
     def status(self) -> Mapping[str, object]:
         """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
@@ -290,6 +306,9 @@ class MoveCustodyOptions(Protocol):
 
     @property
     def custody(self) -> bool: ...
+
+    @property
+    def custody_max(self) -> int: ...
 
     @property
     def handon_timeout(self) -> float: ...

@@ -45,12 +45,13 @@ Options (``[queues.NAME.network_move]``):
     TLS to the next sites' push daemons: a CA to verify them (none: the system's CAs, once TLS is on through
     ``handon_tls_ca`` or ``handon_tls_cert``) and a client certificate and key for mutual TLS.
 ``custody`` (default true), ``receipt_interval`` (default 10), ``resend_after`` (default 3600),
-``receipt_alarm`` (default 86400)
+``receipt_alarm`` (default 86400), ``custody_max`` (default 100,000)
     With ``next_sites`` (and ``custody``), every record handed on stays in this site's custody until the next
     site answers ``done`` for it (end to end). Each is asked about every ``receipt_interval`` seconds, over the
     hand-on's connection type and TLS; one the next site does not know ``resend_after`` seconds after its hand-on
     is sent again (a next site that cannot be reached is an outage: nothing is resent to it); records waiting
-    for their receipt longer than ``receipt_alarm`` seconds make a notice to the operators.
+    for their receipt longer than ``receipt_alarm`` seconds make a notice to the operators. At ``custody_max``
+    records in custody, hand-ons wait (an outage of the custody, not a failure) until receipts make room.
 
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
@@ -203,6 +204,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             raise error
         if options.next_sites:
             assert options.next_path is not None
+            await self._custody.check_room()
             site = await self._hand_on(record, render(options.next_path, {**values, "relpath": relative},
                                                       absolute=True))
             # In custody before it is done here (and before its source may go): a crash in between runs the

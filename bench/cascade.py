@@ -5,16 +5,18 @@ always``), rsync daemon, ``dataq push`` and ``dataq pop`` (``--concurrency``). M
 
 * **rate**: ``--files`` small files fed at the mountain; the time from the first line sent until the archive has
   done them all, as records per second end to end, with custody (``remove_source = "after_receipt"``: records
-  kept in custody, receipts asked every ``receipt_interval``, sources deleted on the receipt) and without
-  (``custody = false``, ``remove_source = true``: the one-hop hand-on of before). Rounds alternate which goes
-  first; the table gives medians and the ratio (goal: custody keeps >= 0.9 of the rate). With custody, the time
-  until the last receipt reached the mountain (every source deleted) is given too;
+  kept in custody, receipts asked for every ``receipt_interval``, sources deleted on the receipt) and without
+  (``custody = false``, ``remove_source = true``: the one-hop hand-on of before), custody settings at their
+  defaults (asked every 10 s). Rounds alternate which goes first; the table gives medians and the ratio (goal:
+  custody keeps >= 0.9 of the rate). With custody, the time until the last receipt reached the mountain (every
+  source deleted) is given too;
 * **receipts query**: the Redis cost per id of answering receipts (``receipts.lua`` through the store, 1,000 ids
   per call, ids done and remembered), from the server's own ``INFO commandstats`` (microseconds in Redis per id)
   and the client's wall time per id;
 * **memory per remembered id**: ``--ids`` records pushed, claimed and acknowledged through the store (as a pop
   daemon does), then ``MEMORY USAGE`` (exact: ``SAMPLES 0``) summed over the remembered-done keys, divided by the
-  ids (goal: <= 64 bytes).
+  ids (goal: <= 64 bytes); and **per record in custody** (``--custody`` records kept as ``network_move`` keeps
+  them).
 
 Run it: ``.venv/bin/python bench/cascade.py [--files 2000] [--rounds 3] [--ids 1000000]``
 """
@@ -38,12 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.feed.client import Feeder
 from dataq.record import Record
-from dataq.store import QueueStore
+from dataq.store import CustodyEntry, QueueStore
 from testbed.cascade import Cascade
 from testbed.rsync import LOOPBACK
 from testbed.waits import eventually
 
-RECEIPT_INTERVAL = 1.0
 FLOW_TIMEOUT = 600.0
 WORKER = "bench:1:pop:cascade"
 
@@ -65,8 +66,7 @@ async def counter(store: QueueStore, name: str) -> int:
 
 async def one_flow(root: Path, files: int, size: int, concurrency: int, custody: bool) -> tuple[float, float | None]:
     """Seconds until the archive has done every record, and (with custody) until every source is deleted."""
-    move: dict[str, object] = ({"receipt_interval": RECEIPT_INTERVAL} if custody
-                               else {"custody": False, "remove_source": True})
+    move: dict[str, object] = {} if custody else {"custody": False, "remove_source": True}
     chain = Cascade(root, ["mountain", "valley", "archive"], move=move, pop={"concurrency": concurrency})
     records = make_files(root / "data", files, size)
     chain.start()
@@ -151,6 +151,21 @@ async def memory_of_remembered(store: QueueStore) -> tuple[int, int, set[str]]:
     return keys, total, encodings
 
 
+async def memory_of_custody(store: QueueStore, count: int, chunk: int = 1000) -> int:
+    """``MEMORY USAGE`` of the custody keys once ``count`` records are in custody (kept as network_move does)."""
+    now = time.time()
+    stamp = 1_764_000_000_000_000_000  # a file time in ns, as os.stat gives it
+    for first in range(0, count, chunk):
+        entries = [CustodyEntry(Record(f"/data/instrument/2026-11-26/c4d_261126_{n:08d}_ori.fits.fz",
+                                       hashlib.md5(f"custody {n}".encode()).hexdigest(), 50_000_000 + n,
+                                       pushed_at=now, source="10.0.0.1:40000"),
+                                "valley.example.org:9988", now,
+                                identity=(2049, 1_000_000 + n, 50_000_000 + n, stamp, stamp))
+                   for n in range(first, min(count, first + chunk))]
+        await store.keep(entries, first_ask=now + 10, now=now)
+    return sum([int(await store.r.memory_usage(key, samples=0)) for key in store.keys.custody_keys()])
+
+
 async def redis_costs(args: argparse.Namespace) -> list[str]:
     root = Path(tempfile.mkdtemp(prefix="dataq-remembered-"))
     server = EmbeddedRedis(root, port=0, appendfsync="always")
@@ -161,6 +176,7 @@ async def redis_costs(args: argparse.Namespace) -> list[str]:
         await remembered(store, args.ids)
         filled = time.perf_counter() - started
         keys, total, encodings = await memory_of_remembered(store)
+        custody_bytes = await memory_of_custody(store, args.custody)
         ids = [hashlib.md5(str(n).encode()).hexdigest() for n in range(0, args.ids, max(1, args.ids // 100_000))]
         before = await store.r.info("commandstats")
         started = time.perf_counter()
@@ -186,6 +202,8 @@ async def redis_costs(args: argparse.Namespace) -> list[str]:
         f"| bytes per remembered id (goal ≤ 64) | {total / args.ids:.1f} |",
         f"| bytes per remembered id at a site that hands records on, after their receipts (encodings "
         f"{', '.join(sorted(relayed_encodings))}) | {relayed / args.ids:.1f} |",
+        f"| bytes per record in custody ({args.custody:,} records, 60-character paths: the custody hash and its "
+        f"three indexes) | {custody_bytes / args.custody:.0f} |",
         f"| receipts query, Redis time per id (`INFO commandstats`, {len(ids):,} ids by 1,000) | "
         f"{usec / len(ids):.2f} µs |",
         f"| receipts query, client wall time per id | {wall / len(ids) * 1e6:.2f} µs |",
@@ -199,14 +217,17 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=64, help="each site's [pop] concurrency")
     parser.add_argument("--ids", type=int, default=1_000_000, help="remembered ids for the memory figure")
+    parser.add_argument("--custody", type=int, default=100_000, help="records in custody for its memory figure")
     parser.add_argument("--skip-rates", action="store_true")
+    parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     print(f"# bench/cascade.py on {platform.node()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
     if not args.skip_rates:
         print("\n".join(await rates(args)))
-    print()
-    print("\n".join(await redis_costs(args)))
+    if not args.skip_memory:
+        print()
+        print("\n".join(await redis_costs(args)))
 
 
 if __name__ == "__main__":

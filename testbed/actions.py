@@ -15,8 +15,9 @@ def fake_store(queue: str = "transfer") -> QueueStore:
 
 
 def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
-                   store: QueueStore | None = None, site: str = "") -> ActionContext:
-    """What a pop daemon gives its actions; by default leases of a store on fakeredis, no custody, no site name
-    (hand-ons then go in the form of before site names)."""
+                   store: QueueStore | None = None, site: str = "", custody: bool = False) -> ActionContext:
+    """What a pop daemon gives its actions; by default leases of a store on fakeredis, no custody (``custody``:
+    the store's) and no site name (hand-ons then go in the form of before site names)."""
     queue = queue or QueueSettings("transfer")
-    return ActionContext(queue, concurrency, store or fake_store(queue.name), site=site)
+    store = store or fake_store(queue.name)
+    return ActionContext(queue, concurrency, store, custody=store if custody else None, site=site)

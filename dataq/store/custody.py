@@ -127,6 +127,11 @@ class CustodyOps(LifecycleOps):
         return {entry.record.id: entry for entry in await self._entries(ids)}
 
     @translated
+    async def custody_count(self) -> int:
+        """Records in custody."""
+        return int(await self.r.hlen(self.keys.custody))
+
+    @translated
     async def oldest_in_custody(self, limit: int) -> list[CustodyEntry]:
         """The ``limit`` records longest in custody, the oldest first."""
         return await self._entries(await self.r.zrange(self.keys.custody_since, 0, limit - 1))

@@ -391,6 +391,24 @@ async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_na
         assert (status.pending, status.refused) == (0, 0)
 
 
+async def test_a_full_custody_makes_hand_ons_wait_as_for_an_outage(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path,
+        redis_url: str) -> None:
+    first, second = (make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(2))
+    queue = QueueSettings("mountain", actions=("network_move",), action_options={"network_move": hand_on_options(
+        daemon, f"{LOOPBACK}:{next_site.port}", custody_max=1)})
+    store = QueueStore.from_url(redis_url, "mountain")
+    try:
+        (action,) = load_actions(action_context(queue, store=store, custody=True))
+        await action.run(first)
+        with pytest.raises(Retryable, match=r"custody is full: 1 records handed on wait .*custody_max 1"):
+            await action.run(second)
+        assert await next_site_holds(next_queue, second) is None, "not handed on: custody could not hold it"
+        assert (await store.summary()).custody == 1
+    finally:
+        await store.close()
+
+
 # --- hand-on through a spool, and over TLS -------------------------------------------------------------------
 
 
