@@ -2,8 +2,8 @@
 acts on the answers (see ``README.md``, "Cascades and custody").
 
 Each round takes the custody entries due (:meth:`~dataq.store.custody.CustodyOps.custody_due`), asks the site
-each went to (entries still in the hand-on spool: the first next site that answers), and settles every answer in
-one atomic step per round:
+each went to (records sent from the hand-on spool: every next site, the best answer winning; those still in the
+spool are not asked), and settles every answer in one atomic step per round:
 
 * ``done``: with ``remove_source = "after_receipt"`` the source is deleted first (only if it is still the file
   that was sent), then the record leaves custody. A crash in between asks again, and deletes nothing twice;
@@ -158,9 +158,9 @@ class CustodyKeeper:
             receipt = max((receipts[index] for receipts in answered), key=lambda r: _RANK.get(r.kind, 1))
             if receipt.kind == UNKNOWN and silent:
                 # Another next site may hold it: not a loss until every one of them says so.
-                ops.append(Settle("p", entry, replacement=replace(
-                    entry, answer=f"{receipt.describe()}; {', '.join(silent)} not answering"), ask_at=now +
-                    options.interval))
+                answer = f"{receipt.describe()}; {', '.join(silent)} not answering"
+                ops.append(Settle("w", entry, ask_at=now + options.interval) if answer == entry.answer else
+                           Settle("p", entry, replacement=replace(entry, answer=answer), ask_at=now + options.interval))
             else:
                 ops.append(await self._decide(entry, receipt, now))
         return ops
@@ -236,7 +236,12 @@ def remove_if_unchanged(entry: CustodyEntry) -> None:
     if entry.identity is None or tuple(entry.identity) != identity:
         log.warning("not deleting a source: it is not the file that was sent", path=path, id=entry.record.id)
         return
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except OSError as exc:  # the custody still ends: the file is where the chain ends; this one stays behind
+        log.error("cannot remove a source after its receipt; it stays", path=path, id=entry.record.id,
+                  error=exc.strerror or str(exc))
+        return
     log.info("source removed after its receipt", id=entry.record.id, path=path)
 
 

@@ -122,3 +122,24 @@ async def test_records_waiting_for_their_receipt_past_receipt_alarm_make_a_notic
     details = notices.posted[0].details
     assert details["examples"][0]["id"] == record.checksum  # type: ignore[index]
     assert f"--trace {record.checksum}" in str(details["see"])
+
+
+async def test_a_source_that_cannot_be_removed_stays_and_the_rest_of_the_round_is_settled(
+        store: QueueStore, tmp_path: Path, next_site: tuple[RunningPush, QueueStore]) -> None:
+    daemon, far = next_site
+    site = f"{LOOPBACK}:{daemon.port}"
+    (far_record,) = make_records(1)
+    await far.push_batch([far_record], source="test")
+    await far.heartbeat("w", {}, {}, 10.0)
+    await far.claim("w", 1)
+    await far.ack("w", [(far_record.checksum, "")])
+    stuck = tmp_path / "stuck.fits"
+    stuck.mkdir()  # unlink fails on it (EISDIR), whoever runs the test
+    info = os.stat(stuck)
+    record = Record(str(stuck), far_record.checksum, 1, pushed_at=time.time())
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    now = time.time()
+    await store.keep([CustodyEntry(record, site, now, identity=identity)], first_ask=now)
+    await keeper(store, (site,), Notices()).round(now=now + 1)
+    assert stuck.exists()
+    assert (await store.summary()).custody == 0, "the chain holds the file: custody ends all the same"
