@@ -43,6 +43,7 @@ from dataq.runtime.supervise import cancel_and_wait
 from dataq.store.custody import CustodyEntry, Settle
 
 from .base import ActionContext, Custody
+from .batcher import MicroBatcher
 from .handon import HandOn, parse_site
 
 _RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
@@ -51,6 +52,8 @@ DUE_PER_ROUND = 1000
 """Custody entries one round asks about at most."""
 OLDER_PEER_RECHECK = 3600.0
 """Seconds before a next site found not to understand receipts is asked again (it may have been upgraded)."""
+KEEPS_PER_CALL = 1000
+"""Custody entries one Redis call keeps at most."""
 ALARM_EXAMPLES = 5
 """Records an overdue-receipt notice names."""
 ALARM_MIN_INTERVAL = 3600.0
@@ -254,6 +257,8 @@ class SenderCustody:
         self._stop = asyncio.Event()
         self._held = 0
         """Records in custody, as last read (each keep says)."""
+        self._keeps: MicroBatcher[CustodyEntry, int] = MicroBatcher(self._keep_batch, size=KEEPS_PER_CALL, age=0.0)
+        """Group commit of the keeps: one call while another is at Redis takes every keep that came meanwhile."""
 
     def start(self) -> None:
         """Start the keeper (after the hand-on, whose TLS and spool it uses)."""
@@ -280,12 +285,16 @@ class SenderCustody:
                             destination="custody (receipts from the next sites)")
 
     async def keep(self, record: Record, site: str, identity: tuple[int, ...] | None) -> None:
-        """Put a record just handed on to ``site`` in custody."""
+        """Put a record just handed on to ``site`` in custody (records kept at once share one Redis call)."""
         if self.context.custody is None or not self.options.custody:
             return
+        self._held = await self._keeps.submit(CustodyEntry(record, site, time.time(), identity=identity))
+
+    async def _keep_batch(self, entries: list[CustodyEntry]) -> list[int]:
+        assert self.context.custody is not None
         now = time.time()
-        entry = CustodyEntry(record, site, now, identity=identity)
-        self._held = await self.context.custody.keep([entry], now + self.options.receipt_interval, now)
+        held = await self.context.custody.keep(entries, now + self.options.receipt_interval, now)
+        return [held] * len(entries)
 
     def status(self) -> Mapping[str, object]:
         """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
@@ -297,7 +306,8 @@ class SenderCustody:
                          for site, answer in keeper.older.items()})
         return {PEERS_KEY: problems}
 
-    async def close(self) -> None:
+    async def close(self, grace: float) -> None:
+        await self._keeps.close(grace)
         self._stop.set()
         if self.keeper is not None:
             await self.keeper.close()

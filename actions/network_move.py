@@ -167,7 +167,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
 
     async def close(self) -> None:
         await self._batcher.close(CLOSE_GRACE)
-        await self._custody.close()
+        await self._custody.close(CLOSE_GRACE)
         await self._hand_on.close(CLOSE_GRACE)
 
     def destination(self, record: Record) -> str | None:

@@ -170,15 +170,9 @@ class QueueKeys:
         """The keys of the custody set, in the order the custody scripts take them."""
         return (self.custody, self.custody_due, self.custody_since, self.custody_sites)
 
-    def done(self, generation: int, shard: int) -> str:
-        """One shard of one generation of the remembered done records."""
-        if not 0 <= shard <= 0xFFFF:
-            raise ValueError(f"invalid done shard {shard}")
-        return f"{self.done_prefix(generation)}{shard:04x}"
-
     def done_prefix(self, generation: int) -> str:
-        """The name of a generation's shards without the shard's 4 hex digits (for callers that name thousands of
-        shards at once: :func:`dataq.store.remembered.lookup`)."""
+        """The shards of one generation of the remembered done records: this, then the shard's number as 4 hex
+        digits (``dq:{NAME}:done:<g>:<shard>``; :func:`dataq.store.remembered.lookup` names thousands at once)."""
         if generation < 0:
             raise ValueError(f"invalid generation {generation}")
         return self._key(f"done:{generation}:")

@@ -41,6 +41,8 @@ ERROR_TOPIC: Final = "receipts: "
 DONE: Final = "done"
 PENDING: Final = "pending"
 UNKNOWN: Final = "unknown"
+REFUSED: Final = "error"
+"""The kind of answer for an id the queue's checksum pattern refuses."""
 NOT_UNDERSTOOD: Final = "not understood"
 """What :func:`parse_answer` makes of the error an older push daemon answers a receipts line with."""
 _MARKER: Final = b'"receipts"'
@@ -100,7 +102,7 @@ def query_line(ids: list[str], site: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """One answer: ``done``, ``pending``, ``unknown``, ``error`` (an id refused) or :data:`NOT_UNDERSTOOD`."""
+    """One answer: ``done``, ``pending``, ``unknown``, :data:`REFUSED` (an id refused) or :data:`NOT_UNDERSTOOD`."""
 
     kind: str
     record_id: str = ""
@@ -116,7 +118,7 @@ class Receipt:
 
     def line(self) -> str:
         """The answer line, with its newline."""
-        if self.kind == "error":
+        if self.kind == REFUSED:
             return f"{ERROR_PREFIX}{clean_message(self.error or '')}\n"
         value: dict[str, Any] = {"id": self.record_id, "receipt": self.kind, "site": self.site}
         if self.at is not None:
@@ -143,7 +145,7 @@ def parse_answer(line: bytes | str) -> Receipt:
     if text.startswith(ERROR_PREFIX):
         detail = text[len(ERROR_PREFIX):]
         if detail.startswith(ERROR_TOPIC):
-            return Receipt("error", error=detail[len(ERROR_TOPIC):])
+            return Receipt(REFUSED, error=detail[len(ERROR_TOPIC):])
         return Receipt(NOT_UNDERSTOOD, error=detail)
     try:
         value = json.loads(text)

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
-from dataq.protocol import ERROR_PREFIX, TOO_MANY_CONNECTIONS
-from dataq.receipts import NOT_UNDERSTOOD, Receipt, parse_answer, query_line
+from dataq.protocol import TOO_MANY_CONNECTIONS
+from dataq.receipts import NOT_UNDERSTOOD, REFUSED, Receipt, parse_answer, query_line
 
 IDS_PER_LINE = 100
 """Ids per receipts line: a line of 100 md5 ids is about 3.5 KB, far below any push daemon's line limit."""
@@ -55,14 +55,14 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             line = await reader.readline()
             if not line.endswith(b"\n"):
                 raise ConnectionResetError("the connection closed before every id was answered")
-            if line.rstrip(b"\r\n") == f"{ERROR_PREFIX}{TOO_MANY_CONNECTIONS}".encode():
-                raise ConnectionRefusedError(TOO_MANY_CONNECTIONS)
             answer = parse_answer(line)
+            if answer.kind == NOT_UNDERSTOOD and answer.error == TOO_MANY_CONNECTIONS:
+                raise ConnectionRefusedError(TOO_MANY_CONNECTIONS)  # answers no line: the daemon is full
             if answer.kind == NOT_UNDERSTOOD:
                 if position == 0:  # it read the whole line as one record and refused it
                     raise OlderPeer(f"it answered a receipts query with: {answer.error}")
                 raise ProtocolError(f"a refusal in the middle of a receipts answer: {answer.error}")
-            if answer.kind != "error" and answer.record_id != chunk[position]:
+            if answer.kind != REFUSED and answer.record_id != chunk[position]:
                 raise ProtocolError(f"the answer about {answer.record_id} came in the place of {chunk[position]}")
-            answers.append(answer if answer.record_id else Receipt("error", chunk[position], error=answer.error))
+            answers.append(answer if answer.record_id else Receipt(REFUSED, chunk[position], error=answer.error))
     return answers

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dataq.errors import InvalidRecord, ProtocolError
-from dataq.receipts import DONE, PENDING, UNKNOWN, Receipt, ReceiptQuery, parse_answer
+from dataq.receipts import DONE, PENDING, REFUSED, UNKNOWN, Receipt, ReceiptQuery, parse_answer
 from dataq.store import CustodyEntry, Known, Tracked
 from dataq.store.remembered import Done
 
@@ -46,7 +46,7 @@ class ReceiptDesk:
         extra.update(pushed=round(entry.record.pushed_at or 0.0, 3), handed=round(entry.handed_at, 3))
         if entry.site:
             extra["next"] = [entry.site]
-        further = _pending_further_on(entry.answer)
+        further = pending_further_on(entry.answer)
         if further is not None:
             # Where the record is further on, as the next site said last time it was asked.
             return Receipt(PENDING, record_id, further.site, state=further.state, error=further.error,
@@ -60,14 +60,15 @@ class ReceiptDesk:
         parts = []
         for item in query.ids:
             if isinstance(item, InvalidRecord):
-                parts.append(Receipt("error", error=str(item)).line())
+                parts.append(Receipt(REFUSED, error=str(item)).line())
             else:
                 parts.append(self.answer(item, next(answers)).line())
         return "".join(parts)
 
 
-def _pending_further_on(answer: str | None) -> Receipt | None:
-    """The pending receipt a custody entry keeps as its last answer (None: it keeps something else)."""
+def pending_further_on(answer: str | None) -> Receipt | None:
+    """The pending receipt a custody entry keeps as its last answer: where the record is further on (None: the
+    entry keeps something else, or nothing)."""
     if answer is None or not answer.startswith("{"):
         return None
     try:

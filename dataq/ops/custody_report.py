@@ -9,12 +9,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataq.errors import ProtocolError
-from dataq.receipts import PENDING, parse_answer
+from dataq.ops.answers import pending_further_on
 from dataq.store import QueueStore, Summary, Worker
 
-CHAIN_SAMPLE = 1000
-"""Records in custody (the oldest) whose last answers tell where along the chain they wait."""
+CHAIN_SAMPLE = 100
+"""Records in custody (the oldest) whose last answers tell where along the chain they wait: the web console reads
+them at every refresh, so a sample (about 70 KB), not the whole custody."""
 LATENCY_WINDOW = 3600.0
 """Seconds of receipts the latency percentiles cover."""
 PEERS_KEY = "next_sites"
@@ -67,10 +67,10 @@ async def custody_report(store: QueueStore, summary: Summary, workers: Sequence[
                          now: float | None = None) -> CustodyReport | None:
     """The queue's custody (None for a queue that never handed anything on)."""
     now = time.time() if now is None else now
-    latencies = await store.receipt_latencies(now - LATENCY_WINDOW)
     resent = summary.counters.get("resent", 0)
     if not summary.custody and not summary.counters.get("receipts", 0) and not resent:
         return None
+    latencies = await store.receipt_latencies(now - LATENCY_WINDOW)
     oldest = await store.oldest_in_custody(1)
     return CustodyReport(summary.custody, summary.custody_sites, summary.custody_since,
                          oldest[0].record.id if oldest else None, oldest[0].answer if oldest else None, resent,
@@ -97,14 +97,8 @@ async def chain_of(store: QueueStore, site: str, summary: Summary, now: float | 
     hops = [ChainHop(site, summary.active + summary.in_flight + summary.delayed + summary.inactive, None)]
     found: dict[str, tuple[int, float]] = {}
     for entry in await store.oldest_in_custody(CHAIN_SAMPLE):
-        where = entry.site or "(hand-on spool)"
-        if entry.answer is not None and entry.answer.startswith("{"):
-            try:
-                answer = parse_answer(entry.answer)
-            except ProtocolError:
-                answer = None
-            if answer is not None and answer.kind == PENDING:
-                where = answer.site
+        further = pending_further_on(entry.answer)
+        where = further.site if further is not None else entry.site or "(hand-on spool)"
         count, oldest = found.get(where, (0, entry.handed_at))
         found[where] = (count + 1, min(oldest, entry.handed_at))
     hops += [ChainHop(where, count, now - oldest) for where, (count, oldest) in found.items()]

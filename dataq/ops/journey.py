@@ -12,6 +12,7 @@ import itertools
 import ssl
 from dataclasses import dataclass
 
+from dataq.config.feed_settings import parse_target
 from dataq.errors import DataqError
 from dataq.feed.receipts_client import ask
 from dataq.ops.answers import CUSTODY_STATE, ReceiptDesk
@@ -90,9 +91,9 @@ class Tracer:
     async def _ask_next(self, addresses: list[str], record_id: str) -> tuple[Receipt, str] | Hop:
         problems = []
         for address in addresses:
-            host, _, port = address.rpartition(":")
             try:
-                (receipt,) = await ask(host.strip("[]"), int(port), [record_id], site=self.desk.site, tls=self.tls,
+                host, port = parse_target(address)
+                (receipt,) = await ask(host, port, [record_id], site=self.desk.site, tls=self.tls,
                                        within=self.within)
             except (DataqError, ValueError) as exc:
                 problems.append(f"{address}: {exc}")

@@ -45,7 +45,7 @@ SCRIPT_NAMES = (
     "custody_settle",
     "receipts",
 )
-SCRIPT_LIBRARIES = ("rates",)
+SCRIPT_LIBRARIES = ("rates", "stored")
 """The files of ``lua/lib/`` put before every script, in this order."""
 _RANGE_ERROR_PREFIX = "DQRANGE "
 

@@ -205,14 +205,3 @@ class CustodyOps(LifecycleOps):
                 break  # newest first
             latencies.append(int(latency) / 1000)
         return latencies
-
-    @translated
-    async def remembered_done(self, record_id: str) -> Done | None:
-        """The remembered done record ``record_id`` (None if it is not remembered)."""
-        remembered = self._remembered([record_id])
-        pipe = self.r.pipeline(transaction=False)
-        for key in remembered.keys:
-            pipe.hget(key, remembered.digests)
-        values = await pipe.execute()
-        value = next((value for value in values if value is not None), None)
-        return parse_done(value) if value is not None else None

@@ -63,11 +63,10 @@ class Lookup:
 def lookup(keys: QueueKeys, ids: Sequence[str], now: float, remember_done: float) -> Lookup:
     current = generation(now, remember_done)
     this, before = keys.done_prefix(current), keys.done_prefix(max(0, current - 1))
-    md5 = hashlib.md5
-    digests = [md5(record_id.encode("utf-8", "surrogateescape"), usedforsecurity=False).digest() for record_id in ids]
+    digests = [digest(record_id) for record_id in ids]
     names = []
     for value in digests:
-        # The shard is the digest's first two bytes, as 4 hex digits (the name keys.done() gives it).
+        # The shard is the digest's first two bytes, as the 4 hex digits that end its name (keys.done_prefix).
         shard = value[:2].hex()
         names += [this + shard, before + shard]
     return Lookup(b"".join(digests), names, expires_at_ms(current, remember_done))

@@ -83,7 +83,8 @@ class Console:
             "counters": summary.counters,
             "site": self.settings.site,
             "custody": None if custody is None else custody.as_dict(time.time()),
-            "chain": [hop.as_dict() for hop in await chain_of(store, self.settings.site, summary)],
+            "chain": [] if custody is None else
+                     [hop.as_dict() for hop in await chain_of(store, self.settings.site, summary)],
         }
 
     async def workers(self, queue: str) -> list[dict[str, Any]]:

@@ -101,15 +101,19 @@ def test_show_a_record_in_flight_names_the_worker_that_holds_it(cli: Callable[..
     assert f"where:      in flight, held by worker {WORKER}" in cli("--show", record.id).output
 
 
-def test_show_a_finished_record_says_done_from_its_events(cli: Callable[..., Result], redis_url: str) -> None:
-    (record,) = seed(redis_url, 1)
-
+def finish(redis_url: str, record: Record) -> None:
+    """Claim the record (next to run) and acknowledge it, as a pop daemon would."""
     async def run(store: QueueStore) -> None:
         await registered(store)
         await store.claim(WORKER, 1)
         await store.ack(WORKER, [(record.id, "duration_ms=3")])
 
     on_store(redis_url, run)
+
+
+def test_show_a_finished_record_says_done_from_its_events(cli: Callable[..., Result], redis_url: str) -> None:
+    (record,) = seed(redis_url, 1)
+    finish(redis_url, record)
     result = cli("--show", record.id)
     assert result.exit_code == 0
     assert "where:      done (acknowledged: no longer tracked)" in result.output
@@ -128,13 +132,7 @@ def test_show_an_id_that_is_no_checksum_is_refused_before_redis_is_asked(cli: Ca
 def test_trace_of_a_record_done_here_without_a_next_site_is_one_hop_done(cli: Callable[..., Result],
                                                                            redis_url: str) -> None:
     (record,) = seed(redis_url, 1)
-
-    async def run(store: QueueStore) -> None:
-        await registered(store)
-        await store.claim(WORKER, 1)
-        await store.ack(WORKER, [(record.id, "")])
-
-    on_store(redis_url, run)
+    finish(redis_url, record)
     result = cli("--trace", record.id)
     assert result.exit_code == 0, result.output
     assert "across 1 site(s)" in result.output and ": done" in result.output

@@ -15,7 +15,7 @@ from dataq.feed.receipts_client import ask
 from dataq.ops.custody_metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT, custody_families
 from dataq.receipts import MAX_RECEIPT_IDS
 from dataq.store import CustodyEntry, QueueStore, Settle
-from dataq.store.remembered import parse_done
+from dataq.store.remembered import Done, parse_done
 from tests.helpers import make_records
 from tests.push_support import LOOPBACK, Certs, LineClient, StartPush, reply_for
 
@@ -134,8 +134,8 @@ async def test_resending_puts_the_record_back_in_the_queue_as_it_was_and_keeps_i
 async def test_done_records_are_remembered_with_their_times(store: QueueStore) -> None:
     before = time.time()
     (record_id,) = await done(store, 1)
-    remembered = await store.remembered_done(record_id)
-    assert remembered is not None and remembered.end_at is None
+    (remembered,) = await store.answer([record_id], max_errors=0)
+    assert isinstance(remembered, Done) and remembered.end_at is None
     assert before - 1 <= remembered.pushed_at <= remembered.done_at <= time.time() + 1
     assert parse_done("1000,250,40").confirmed_at == 1.04
 

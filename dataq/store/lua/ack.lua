@@ -37,18 +37,15 @@ end
 if #done == 0 then return table.concat(status) end
 -- Remember each done record: '<done ms>,<ms it waited since its push>' (see dataq/store/remembered.py).
 local now_ms, expires = tonumber(ARGV[5]), ARGV[6]
-local find, sub = string.find, string.sub
+local sub = string.sub
 local digests = ARGV[4]
 for first = 1, #done, 1000 do
   local last = math.min(first + 999, #done)
   local values = redis.call('HMGET', records, unpack(done, first, last))
   for j = first, last do
-    -- The push time (us) is the stored value's third field; plain finds cost far less than a pattern.
     local value, wait = values[j - first + 1], 0
-    local one = value and find(value, '\0', 1, true)
-    local two = one and find(value, '\0', one + 1, true)
-    local three = two and find(value, '\0', two + 1, true)
-    if three then wait = math.max(0, now_ms - math.floor(tonumber(sub(value, two + 1, three - 1)) / 1000)) end
+    local pushed_us = value and tonumber(stored_push_time(value))
+    if pushed_us then wait = math.max(0, now_ms - math.floor(pushed_us / 1000)) end
     local i = done_at[j]
     local remembered = ARGV[5] .. ',' .. string.format('%d', wait)
     local key = KEYS[8 + i]

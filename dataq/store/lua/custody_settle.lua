@@ -56,7 +56,7 @@ for base = 9, #ARGV, 5 do
     if redis.call('HSET', cur_key, field, relayed) == 1 and redis.call('HLEN', cur_key) == 1 then
       redis.call('PEXPIREAT', cur_key, expires)  -- the key's first field: it expires with its generation
     end
-    local pushed_us = tonumber(string.match(entry['r'], '^[^%z]*%z[^%z]*%z([^%z]*)')) or now * 1000
+    local pushed_us = tonumber(stored_push_time(entry['r'])) or now * 1000
     local latency = math.max(0, end_ms - math.floor(pushed_us / 1000))
     redis.call('LPUSH', receipts, string.format('%d,%d', now, latency))
     redis.call('HINCRBY', counters, 'receipts', 1)

@@ -23,8 +23,8 @@
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local maxlen = tonumber(ARGV[1])
--- The push time (µs) inside a stored value; with the id it names one write exactly.
-local function push_time(value) return string.match(value, '^[^%z]*%z[^%z]*%z([^%z]*)') or '' end
+-- The push time (µs) inside a stored value (lib/stored.lua); with the id it names one write exactly.
+local push_time = stored_push_time
 local landed = {}
 local retrying = tonumber(ARGV[2]) > 0
 if retrying then

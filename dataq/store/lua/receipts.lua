@@ -23,7 +23,7 @@ for id in string.gmatch(ARGV[2], '[^\n]+') do
         or redis.call('LPOS', inactive, id, 'MAXLEN', searched) then
       state = 'inactive'
     end
-    local pushed = string.match(stored, '^[^%z]*%z[^%z]*%z([^%z]*)') or ''
+    local pushed = stored_push_time(stored)
     out[i] = 't\0' .. state .. '\0' .. pushed .. '\0' .. (redis.call('HGET', lasterror, id) or '')
   else
     local entry = redis.call('HGET', custody, id)
