@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataq.errors import ActionError, Permanent, Retryable
 
 from .base import Action, ActionContext, NoOptions
+from .batcher import BatchOptions
 from .registry import ENTRY_POINT_GROUP, load_actions
 
-__all__ = ["ENTRY_POINT_GROUP", "Action", "ActionContext", "ActionError", "NoOptions", "Permanent", "Retryable",
-           "load_actions"]
+__all__ = ["ENTRY_POINT_GROUP", "Action", "ActionContext", "ActionError", "BatchOptions", "NoOptions", "Permanent",
+           "Retryable", "load_actions"]

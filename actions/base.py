@@ -37,6 +37,8 @@ from dataq.ops.notices import Notifier
 from dataq.record import Record
 from dataq.store.custody import CustodyEntry, Settle
 
+from .batcher import BatchOptions
+
 
 class Leases(Protocol):
     """Named single-writer leases of the queue (the pop daemon's store provides them)."""
@@ -70,6 +72,19 @@ class Custody(Protocol):
         ...
 
 
+ALGORITHM_OPTIONS = ("algorithm", "checksum_algorithm")
+"""The options by which ``network_move``, ``disk_store`` and ``archive_ingest`` named their records' checksum
+algorithm before queues had ``checksum``; still honoured for a queue left at md5."""
+
+
+def own_algorithm(options: object) -> str | None:
+    """The checksum algorithm an action's options name (None: the queue's)."""
+    for name in ALGORITHM_OPTIONS:
+        if (own := getattr(options, name, None)) is not None:
+            return str(own)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class NoOptions:
     """The options of an action that has none: any key in its table is an error."""
@@ -81,7 +96,8 @@ class ActionContext:
 
     queue: QueueSettings
     concurrency: int
-    """Records the pop daemon runs at once (an action that batches records sizes its batches by it)."""
+    """``[pop] concurrency`` (or ``dataq pop --concurrency``): records the pop daemon runs at once, unless an
+    action's :meth:`Action.records_at_once` asks for more."""
     leases: Leases
     """The queue's leases (:meth:`dataq.store.QueueStore.lease`)."""
     custody: Custody | None = None
@@ -115,6 +131,13 @@ class Action(Generic[OptionsT]):
         return self.context.queue
 
     @property
+    def algorithm(self) -> str:
+        """The algorithm of the records' checksums: the queue's ``checksum``, unless the action's own (older)
+        ``algorithm`` option names another for a queue left at md5."""
+        own = own_algorithm(self.options)
+        return own if own is not None else self.queue.checksum
+
+    @property
     def timeout(self) -> float:
         """Seconds one run may take: the option ``timeout`` if the action has one and it is set, else the queue's."""
         own = getattr(self.options, "timeout", None)
@@ -135,6 +158,12 @@ class Action(Generic[OptionsT]):
     def status(self) -> Mapping[str, object]:
         """What the action adds to its pop daemon's heartbeat (``dataq-cli`` shows it); JSON values only."""
         return {}
+
+    def records_at_once(self) -> int:
+        """Records this action needs running at once to work at full speed: an action that works a batch at a
+        time needs enough to fill its batches in flight. The pop daemon runs at least that many, whatever
+        ``[pop] concurrency`` says (0: no need of its own)."""
+        return self.options.records_to_fill if isinstance(self.options, BatchOptions) else 0
 
     def destination(self, record: Record) -> str | None:
         """Where this action sends the record (a host, a mounted storage), shown when it is unreachable; None:

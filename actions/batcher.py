@@ -24,8 +24,9 @@ the other is sent, synced or waits for the catalog lease."""
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchOptions:
     """The batching options of an action that works on records a batch at a time (``network_move``,
-    ``disk_store``). Batches fill only when the pop daemon runs enough records at once: ``[pop] concurrency``
-    at least twice ``batch_size`` keeps one batch gathering while the other is handled."""
+    ``disk_store``). Batches fill only when the pop daemon runs enough records at once: it runs at least
+    :attr:`records_to_fill` of them, so that one batch gathers while the other is handled, whatever ``[pop]
+    concurrency`` says."""
 
     batch_size: int = 100
     """Records in a batch at most."""
@@ -35,6 +36,11 @@ class BatchOptions:
     batch_bytes: int = 1 << 30
     """Bytes of files in a batch at most (a batch of one file may hold more): bounds the work a timeout or a
     kill throws away."""
+
+    @property
+    def records_to_fill(self) -> int:
+        """Records running at once that fill every batch in flight."""
+        return BATCHES_IN_FLIGHT * self.batch_size
 
     def check_batching(self) -> None:
         if self.batch_size < 1:

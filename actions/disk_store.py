@@ -10,8 +10,8 @@ Options (``[queues.NAME.disk_store]``):
     ``{size}``; nothing else (no format specs, no attribute access). A layout whose result would leave the root
     (``..``, an absolute path) is refused at start-up if the template itself does it, and per record if a
     value does (a record's name of ``..``).
-``algorithm`` (default ``"md5"``)
-    hashlib name of the checksum the queue's records carry.
+``algorithm`` (default: the queue's ``checksum``)
+    Older settings' name of the records' checksum algorithm; leave it out (``[queues.NAME] checksum`` says it).
 ``verify`` (default true)
     Read the copy back from disk (after fsync, with its cached pages dropped) and check its size and checksum
     before publishing it. The source is always checked against its record while it is copied.
@@ -23,7 +23,8 @@ Options (``[queues.NAME.disk_store]``):
     Records are stored in batches (:class:`~dataq.actions.batcher.BatchOptions`): the files of a batch are
     copied, then made durable with one sync of the filesystem, read back, published, and their names made
     durable with a second sync, so a batch costs two journal commits instead of two per file. One record's
-    failure is its own. Set ``[pop] concurrency`` to at least twice ``batch_size`` for full batches.
+    failure is its own. The pop daemon runs at least twice ``batch_size`` records
+    at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
 
 A record whose file is already stored with the same data succeeds without a second copy (a retry, or a record
 pushed again), so a crash anywhere is recovered by running the record again. With the default layout the date
@@ -37,7 +38,7 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
+from dataq.checksum import check_algorithm
 from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -64,8 +65,8 @@ class DiskStoreOptions(BatchOptions):
     """Absolute path of the storage root (an existing directory)."""
     layout: str = DEFAULT_LAYOUT
     """Path template beneath ``root``; see the module docstring for its placeholders."""
-    algorithm: str = DEFAULT_ALGORITHM
-    """hashlib name of the records' checksum."""
+    algorithm: str | None = None
+    """The records' checksum algorithm (None: the queue's ``checksum``; older settings named it here)."""
     verify: bool = True
     """Read the copy back and check it before publishing."""
     remove_source: bool = False
@@ -77,7 +78,8 @@ class DiskStoreOptions(BatchOptions):
         if not os.path.isabs(self.root):
             raise ValueError(f"root must be an absolute path, got {self.root!r}")
         check_layout(self.layout)
-        check_algorithm(self.algorithm)
+        if self.algorithm is not None:
+            check_algorithm(self.algorithm)
         if self.timeout is not None and not 0 < self.timeout < float("inf"):
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         self.check_batching()
@@ -112,7 +114,7 @@ class DiskStoreAction(Action[DiskStoreOptions]):
     async def _store_batch(self, items: list[tuple[Record, str]]) -> list[Stored | ActionError]:
         options = self.options
         return await in_thread(lambda abort: store_batch_sync(
-            items, options.root, algorithm=options.algorithm, verify=options.verify,
+            items, options.root, algorithm=self.algorithm, verify=options.verify,
             remove_source=options.remove_source, abort=abort))
 
     async def close(self) -> None:

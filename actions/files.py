@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from dataq.checksum import hash_fd_many
+from dataq.checksum import DEFAULT_ALGORITHM, hash_fd_many
 from dataq.errors import ActionError, Permanent
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -74,15 +74,16 @@ def matches(digest: str, record: Record) -> bool:
 
 def check_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None) -> None:
     """Raise SourceMismatch unless the record's file exists with the record's size and checksum."""
-    read_source_sync(record, algorithm, abort, md5=False)
+    read_source_sync(record, algorithm, abort, also=None)
 
 
 @dataclass(frozen=True, slots=True)
 class SourceRead:
-    """What reading a source against its record found: its md5 (what rsync can report of a copy) and the
-    identity of the file read, to tell later whether it was changed since."""
+    """What reading a source against its record found: its digest in the algorithm the destination can report
+    of a copy (rsync's: md5 or xxh128), and the identity of the file read, to tell later whether it was changed
+    since."""
 
-    md5: str
+    digest: str
     identity: tuple[int, ...]
 
 
@@ -93,10 +94,10 @@ def identity_of(info: os.stat_result) -> tuple[int, ...]:
 
 
 def read_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None, *,
-                     md5: bool = True) -> SourceRead:
-    """Check the record's file as :func:`check_source_sync` does; its md5 is computed in the same read when the
-    record's algorithm is another ("" with ``md5=False``)."""
-    algorithms = (algorithm,) if algorithm == "md5" or not md5 else (algorithm, "md5")
+                     also: str | None = DEFAULT_ALGORITHM) -> SourceRead:
+    """Check the record's file as :func:`check_source_sync` does; its digest in ``also`` is computed in the same
+    read when that is not the record's algorithm (``""`` with ``also=None``)."""
+    algorithms = (algorithm,) if also is None or also == algorithm else (algorithm, also)
     try:
         fd = os.open(record.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
@@ -113,7 +114,7 @@ def read_source_sync(record: Record, algorithm: str, abort: threading.Event | No
     finally:
         os.close(fd)
     check_read(record, digests[0], read)
-    return SourceRead(digests[-1].lower() if md5 else "", identity_of(info))
+    return SourceRead(digests[-1].lower() if also is not None else "", identity_of(info))
 
 
 def check_read(record: Record, digest: str, read: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.config.feed_settings import parse_target
 from dataq.errors import ActionError, DataqError, Retryable
 from dataq.feed.client import Feeder, client_tls_context
@@ -22,7 +23,7 @@ from dataq.feed.intake import entry_of
 from dataq.feed.spool import Spool
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
-from dataq.record import SITE_REFUSED, Record, handon_line
+from dataq.record import Record, handon_line, refused_as_older
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.supervise import cancel_and_wait
 
@@ -44,12 +45,14 @@ class HandOn:
     """Hands records on to ``sites`` (``host:port``, tried in order); see the module's docstring."""
 
     def __init__(self, sites: tuple[str, ...], *, timeout: float, spool: str | None,
-                 tls: tuple[str | None, str | None, str | None], site: str = "") -> None:
+                 tls: tuple[str | None, str | None, str | None], site: str = "",
+                 algorithm: str = DEFAULT_ALGORITHM) -> None:
         self.sites, self.timeout, self.spool_dir, self.tls_files = sites, timeout, spool, tls
-        self.site = site
-        """This site's name, carried with each hand-on (none: hand-ons in the 2014 form)."""
-        self._plain = not site
-        """Hand-ons go without the site's name: a next site is older than site names."""
+        self.site, self.algorithm = site, algorithm
+        """This site's name and its records' checksum algorithm, carried with each hand-on (no name and md5:
+        hand-ons in the 2014 form)."""
+        self._plain = not site and algorithm == DEFAULT_ALGORITHM
+        """Hand-ons go in the 2014 form: a next site is older than site names."""
         self._tls: ssl.SSLContext | None = None
         self._spool: Spool | None = None
         self._forwarder: Forwarder | None = None
@@ -115,9 +118,12 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""
-        outcome = await self._offer(handed if self._plain else handon_line(handed, self.site))
-        if isinstance(outcome, tuple) and outcome[1].kind is ReplyKind.ERROR and \
-                outcome[1].detail.startswith(SITE_REFUSED):
+        outcome = await self._offer(handed if self._plain else handon_line(handed, self.site, self.algorithm))
+        if isinstance(outcome, tuple) and outcome[1].kind is ReplyKind.ERROR and refused_as_older(outcome[1].detail):
+            if self.algorithm != DEFAULT_ALGORITHM:
+                # Such a site knows md5 checksums only: the record must not be taken as one.
+                raise ActionError(f"next site {outcome[0]} is older than checksum algorithms: it cannot take "
+                                  f"{self.algorithm} checksums (its reply: {outcome[1].detail})")
             log.info("the next site is older than site names: hand-ons go without this site's name",
                      site=outcome[0])
             self._plain = True
@@ -162,8 +168,9 @@ class HandOn:
                             destination=f"spool {self._spool.directory}")
         try:
             entry = entry_of(handed)
-            if self.site:  # the forwarder sends it without the site's name to a next site older than names
-                entry = entry._replace(line=(handon_line(handed, self.site) + "\n").encode("utf-8", "surrogateescape"))
+            if not self._plain:  # the forwarder sends its plain form to a next site older than names
+                line = handon_line(handed, self.site, self.algorithm) + "\n"
+                entry = entry._replace(line=line.encode("utf-8", "surrogateescape"))
             await self._spool.add([entry])
         except DataqError as exc:  # a full disk, a damaged spool: the record runs again later
             raise Retryable(f"cannot keep the hand-on: {exc}", destination=f"spool {self._spool.directory}") from exc

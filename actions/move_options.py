@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dataq.checksum import DEFAULT_ALGORITHM, check_algorithm
+from dataq.checksum import check_algorithm
 
 from .batcher import BatchOptions
 from .handon import parse_site
@@ -37,8 +37,8 @@ class NetworkMoveOptions(BatchOptions):
     """The rsync program."""
     extra_args: tuple[str, ...] = ()
     """Arguments added to every rsync call."""
-    algorithm: str = DEFAULT_ALGORITHM
-    """hashlib name of the records' checksum."""
+    algorithm: str | None = None
+    """The records' checksum algorithm (None: the queue's ``checksum``; older settings named it here)."""
     verify: bool = True
     """Verify the file at the destination after the transfer."""
     reread: bool = False
@@ -80,7 +80,8 @@ class NetworkMoveOptions(BatchOptions):
     def __post_init__(self) -> None:
         destination_kind(self.destination)
         check_layout(self.layout)
-        check_algorithm(self.algorithm)
+        if self.algorithm is not None:
+            check_algorithm(self.algorithm)
         if isinstance(self.remove_source, str) and self.remove_source != AFTER_RECEIPT:
             raise ValueError(f"remove_source must be true, false or {AFTER_RECEIPT!r}, got {self.remove_source!r}")
         if self.after_receipt and not self.next_sites:

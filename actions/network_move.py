@@ -14,8 +14,8 @@ Options (``[queues.NAME.network_move]``):
     for an older rsync and a destination that exists). Layout directories beneath it are always created.
 ``rsync`` (default ``"rsync"``), ``extra_args`` (default none)
     The rsync program and arguments added to every call (``--bwlimit=...``, ``--password-file=...``).
-``algorithm`` (default ``"md5"``)
-    hashlib name of the records' checksum.
+``algorithm`` (default: the queue's ``checksum``)
+    Older settings' name of the records' checksum algorithm; leave it out (``[queues.NAME] checksum`` says it).
 ``verify`` (default true)
     Verify the file at the destination after the transfer (see below).
 ``reread`` (default false)
@@ -56,7 +56,8 @@ Options (``[queues.NAME.network_move]``):
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
     files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
-    own. Set ``[pop] concurrency`` to at least twice ``batch_size`` for full batches.
+    own. The pop daemon runs at least twice ``batch_size`` records
+    at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never
 sent, so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a
@@ -68,10 +69,11 @@ when complete. With ``verify``, a file counts as at the destination when:
   change time): rsync's receiver checks the whole-file checksum of what it wrote against the sender's of what
   it read, so the destination holds the bytes dataq checked against the record;
 * or rsync did not transfer it (it was there already), and a dry-run fetch of such files from the destination
-  (:func:`.rsync.remote_md5s`: the far side reads each file and reports its md5; nothing is read on this side)
-  reports the record's md5 (for records of another algorithm, the source's md5, computed in the same read as
-  the record's checksum). A file that does not verify is sent once more with ``--ignore-times`` (the
-  destination may hold other data of the same size and time) and checked again.
+  (:func:`.rsync.remote_digests`: the far side reads each file and reports its digest; nothing is read on this
+  side) reports the record's checksum: rsync reports md5 and xxh128 itself; for records of another algorithm
+  (sha256, adler32) it reports md5, and the source's md5 is computed in the same read as the record's checksum.
+  A file that does not verify is sent once more with ``--ignore-times`` (the destination may hold other data
+  of the same size and time) and checked again.
 
 ``reread`` has the fetch read back the files rsync sent as well: one more read of each file at the destination,
 for a destination whose storage may not keep what it was given. Without ``verify`` every file is sent
@@ -83,7 +85,7 @@ rsync that cannot reach the destination fails every record of its batch as an ou
 
 A record whose source is gone (this action removed it, then the daemon died before the record was
 acknowledged) succeeds if the destination holds its data: the fetch reports the md5 of the file there, which
-must be the record's (md5 records only; others fail as a missing source).
+must be the record's (md5 and xxh128 records only; others fail as a missing source).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dataq.checksum import LARGE_FILE_BYTES
 from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -110,7 +113,8 @@ from .rsync import (
     destination_kind,
     join,
     make_work_dir,
-    remote_md5s,
+    remote_algorithm,
+    remote_digests,
     remove_stale_work_dirs,
     send,
     write_list,
@@ -134,9 +138,9 @@ class Move:
     source: SourceRead | None
 
     @property
-    def md5(self) -> str:
-        """The md5 the destination's file must have."""
-        return self.source.md5 if self.source is not None else self.record.checksum.lower()
+    def digest(self) -> str:
+        """The digest the destination's file must have, in the algorithm rsync reports (``remote_algorithm``)."""
+        return self.source.digest if self.source is not None else self.record.checksum.lower()
 
 
 class NetworkMoveAction(Action[NetworkMoveOptions]):
@@ -149,11 +153,15 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         super().__init__(options, context)
         self._batcher = options.batcher(self._move_batch, lambda move: move.record.size)
         # As many sources read at once as there are CPUs: more would only share them, so that every file is
-        # read late instead of the first ones early, and the first batch would wait for all of them.
-        self._readers = asyncio.Semaphore(os.cpu_count() or 1)
+        # read late instead of the first ones early, and the first batch would wait for all of them. Large files
+        # have readers of their own, so that small ones never wait behind them.
+        cpus = os.cpu_count() or 1
+        self._readers = {large: asyncio.Semaphore(cpus) for large in (False, True)}
+        self.remote = remote_algorithm(self.algorithm)
+        """What the destination reports of a copy: the records' algorithm, or md5 when rsync lacks it."""
         self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
-                               site=context.site)
+                               site=context.site, algorithm=self.algorithm)
         self._custody = SenderCustody(self._hand_on, context, options)
 
     async def start(self) -> None:
@@ -192,12 +200,12 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         relative = render(options.layout, values)
         # Sources are read here, before batching, so that records hash in parallel while a batch is sent.
         try:
-            async with self._readers:
+            async with self._readers[record.size >= LARGE_FILE_BYTES]:
                 source: SourceRead | None = await in_thread(
-                    lambda abort: read_source_sync(record, options.algorithm, abort))
+                    lambda abort: read_source_sync(record, self.algorithm, abort, also=self.remote))
         except SourceMismatch:
-            if await asyncio.to_thread(os.path.lexists, record.path) or options.algorithm != "md5":
-                raise  # rsync can report md5 only
+            if await asyncio.to_thread(os.path.lexists, record.path) or self.remote != self.algorithm:
+                raise  # rsync cannot report this record's checksum
             source = None  # removed by an earlier run that then died: done if the destination holds the data
         error = await self._batcher.submit(Move(record, relative, source))
         if error is not None:
@@ -222,7 +230,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         targets: dict[str, Move] = {}
         for index, move in enumerate(moves):
             other = targets.setdefault(move.relative, move)
-            if other.md5 != move.md5:
+            if other.digest != move.digest:
                 outcomes[index] = ActionError(f"{self.target(move)} is also the target of record "
                                               f"{other.record.id} of this batch")
         work = await asyncio.to_thread(make_work_dir)
@@ -244,7 +252,7 @@ class _BatchMove:
         self.sent: Completed | None = None
         self.fetched: Completed | None = None
         self.found: dict[str, str] = {}
-        """md5 of each file the destination reported, by its path there."""
+        """The digest of each file the destination reported, by its path there."""
 
     def _open(self) -> list[int]:
         return [index for index, outcome in enumerate(self.outcomes) if outcome is None]
@@ -322,7 +330,7 @@ class _BatchMove:
         return True
 
     async def _verify(self, indices: list[int]) -> set[int]:
-        """Have the destination report the md5 of each file of ``indices``; those that are not what they must be."""
+        """Have the destination report the digest of each file of ``indices``; those that are not what they must be."""
         if not indices:
             return set()
         scratch, listing = os.path.join(self.work, "scratch"), os.path.join(self.work, "verify")
@@ -333,14 +341,15 @@ class _BatchMove:
             write_list(listing, relatives)
 
         await asyncio.to_thread(prepare)
-        found, self.fetched = await remote_md5s(self.action.base_args(), listing, self.options.destination, scratch)
+        found, self.fetched = await remote_digests(self.action.base_args(), listing, self.options.destination,
+                                                   scratch, self.action.remote)
         if self.fetched.unreachable:
             for index in indices:
                 self.outcomes[index] = self.fetched.failure(
                     f"verification of {self.action.target(self.moves[index])}", self.options.destination)
             return set()
         self.found.update(found)
-        return {index for index in indices if found.get(self.moves[index].relative) != self.moves[index].md5}
+        return {index for index in indices if found.get(self.moves[index].relative) != self.moves[index].digest}
 
     def _what(self, move: Move) -> str:
         return f"rsync of {move.record.path} to {self.action.target(move)}"
@@ -362,4 +371,4 @@ class _BatchMove:
                 fetched.describe(f"verification of {target}", move.relative)
             return ActionError(f"{target} is not at the destination after the transfer: {problem}")
         return ActionError(f"verification of {target} failed: the destination differs from the source "
-                           f"(checksum {reported or '(none)'}, the record's data has {move.md5})")
+                           f"(checksum {reported or '(none)'}, the record's data has {move.digest})")

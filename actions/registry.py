@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.config import QueueSettings, load_options
 from dataq.errors import ConfigError
 
-from .base import Action, ActionContext
+from .base import Action, ActionContext, own_algorithm
 
 ENTRY_POINT_GROUP = "dataq.actions"
 BUILTIN: Mapping[str, str] = {
@@ -73,7 +74,12 @@ def _options(spec: ActionSpec, queue: QueueSettings, prefix: str, source: str | 
     table = dict(queue.action_options.get(spec.options_key, {}))
     if spec.argument is not None:
         table.update(_inline(spec, table, prefix, source))
-    return load_options(spec.cls.Options, table, f"{prefix}.{spec.options_key}", source)
+    options = load_options(spec.cls.Options, table, f"{prefix}.{spec.options_key}", source)
+    own = own_algorithm(options)
+    if own is not None and queue.checksum not in (own, DEFAULT_ALGORITHM):
+        raise _error(source, f"{prefix}.{spec.options_key}: checksum algorithm {own!r} is not the queue's "
+                             f"checksum {queue.checksum!r}; leave it out (the queue's is used)")
+    return options
 
 
 def options_of(queue: QueueSettings, cls: type[Action[Any]], source: str | None = None) -> Any:

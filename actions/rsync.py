@@ -2,11 +2,11 @@
 
 Two calls serve a batch. :func:`send` transfers a list of files (``--files-from``) from a staging tree of
 symlinks laid out as the destination will be, so one rsync names each file by its layout path, whatever its
-source is called, and says which files it transferred. :func:`remote_md5s` is a dry-run fetch of a list of
-paths from the destination into an empty directory with ``--checksum --checksum-choice=md5``: the far side reads
-each file it holds and reports its md5, while nothing is read on this side and no data moves. rsync offers no
-way to keep a connection across calls, so a batch costs one rsync process, and one more when some of its files
-must be checked at the destination.
+source is called, and says which files it transferred. :func:`remote_digests` is a dry-run fetch of a list of
+paths from the destination into an empty directory with ``--checksum --checksum-choice=md5`` (or ``xxh128``):
+the far side reads each file it holds and reports its digest, while nothing is read on this side and no data
+moves. rsync offers no way to keep a connection across calls, so a batch costs one rsync process, and one more
+when some of its files must be checked at the destination.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.errors import ActionError, Retryable
 from dataq.runtime.children import die_with_parent
 
@@ -32,7 +33,9 @@ VERIFY_MARK = "dataq-verify"
 """Prefixes the lines of the verifying rsync that describe a file, so nothing else it prints is parsed."""
 SENT_MARK = "dataq-sent"
 """Prefixes the lines of the sending rsync that describe a file it transferred."""
-MD5_HEX = 32
+REMOTE_ALGORITHMS = frozenset({"md5", "xxh128"})
+"""Checksums rsync (3.2.3 and later) reports of a file, as dataq writes them (its xxh128 is XXH3-128's canonical
+hex)."""
 RSYNC_EXIT_MEANINGS = {
     1: "syntax or usage error", 2: "protocol incompatibility", 3: "errors selecting input/output files",
     5: "error starting client-server protocol", 10: "error in socket I/O", 11: "error in file I/O",
@@ -208,15 +211,24 @@ def _marked(output: str, mark: str) -> list[str]:
     return [line[len(prefix):] for line in output.split("\n") if line.startswith(prefix)]
 
 
-async def remote_md5s(base: list[str], listing: str, destination: str,
-                      scratch: str) -> tuple[dict[str, str], Completed]:
-    """The md5 of each file ``listing`` names that ``destination`` holds, read there (a dry-run fetch into the
-    empty directory ``scratch``); a file it does not hold is missing from the result."""
-    argv = [*base[:1], "--dry-run", "--checksum", "--checksum-choice=md5", f"--files-from={listing}", "--from0",
+def remote_algorithm(algorithm: str) -> str:
+    """The checksum rsync reports of a copy for records of ``algorithm``: the same when rsync has it, else md5
+    (which the source's read then computes beside the record's own)."""
+    return algorithm if algorithm in REMOTE_ALGORITHMS else DEFAULT_ALGORITHM
+
+
+async def remote_digests(base: list[str], listing: str, destination: str, scratch: str,
+                         algorithm: str = DEFAULT_ALGORITHM) -> tuple[dict[str, str], Completed]:
+    """The digest (``algorithm``: one of :data:`REMOTE_ALGORITHMS`) of each file ``listing`` names that
+    ``destination`` holds, read there (a dry-run fetch into the empty directory ``scratch``); a file it does not
+    hold is missing from the result."""
+    argv = [*base[:1], "--dry-run", "--checksum", f"--checksum-choice={algorithm}", f"--files-from={listing}",
+            "--from0",
             f"--out-format={VERIFY_MARK} %C %n", *base[1:], "--", join(destination, ""), f"{scratch.rstrip('/')}/"]
     result = await run_command(argv)
     found: dict[str, str] = {}
     for line in _marked(result.stdout, VERIFY_MARK):
         if not line.endswith("/"):  # directories have no checksum
-            found[_unescape(line[MD5_HEX + 1:])] = line[:MD5_HEX].strip().lower()
+            digest, _, name = line.partition(" ")
+            found[_unescape(name)] = digest.lower()
     return found, result

@@ -15,9 +15,7 @@ it returns fails every copy of the batch, which then run again.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import hashlib
 import os
 import secrets
 import stat
@@ -28,10 +26,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from dataq.checksum import CHUNK_BYTES, DEFAULT_ALGORITHM, Aborted, hash_fd
+from dataq.checksum import CHUNK_BYTES, DEFAULT_ALGORITHM, IDENTITY_ALGORITHM, Aborted, hash_fd, new_hasher
 from dataq.errors import ActionError, Retryable
 from dataq.record import Record
 
+from .beneath import SYNCFS, open_beneath, publish, sync_filesystem, unlink_quietly
 from .files import (
     CopyMismatch,
     SourceMismatch,
@@ -50,33 +49,10 @@ TEMP_TOKEN_BYTES = 4
 """Random bytes in a temporary name, so two attempts at one target never share a file."""
 TEMP_NAME_KEEP = 100
 """Characters of the final name kept in a temporary name (a name may be 255 bytes; NAME_MAX must hold)."""
-# Hard links make publishing no-clobber; these errors mean the filesystem has none, so rename is used instead.
-_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
 # A storage that went away or is full: an outage of the destination (an operator mounts or frees it), not a
 # fault of the record, so such failures are Retryable and do not count toward max_errors.
 _STORAGE_OUTAGES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS,
                               errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ETIMEDOUT})
-# What opening a directory component with O_NOFOLLOW reports for a symlink or a non-directory.
-_NOT_A_PLAIN_DIR = frozenset({errno.ELOOP, errno.ENOTDIR})
-
-
-def _find_syncfs() -> Callable[[int], int] | None:
-    try:
-        function: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
-    except (AttributeError, OSError):
-        return None
-    return function
-
-
-_SYNCFS = _find_syncfs()
-
-
-def sync_filesystem(fd: int) -> None:
-    """Make everything written to the filesystem of ``fd`` durable; OSError with what write-back reported."""
-    assert _SYNCFS is not None
-    if _SYNCFS(fd) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,37 +71,9 @@ class _Copy:
     name: str
     shown: str
     temp: str
-
-
-def open_beneath(root: str, parts: tuple[str, ...], *, sync_new: bool = True) -> int:
-    """A descriptor of directory ``root/parts...``, created as needed, never following a symlink below ``root``.
-
-    Walking one component at a time with O_NOFOLLOW (instead of resolving the path, then opening it) leaves no
-    window in which a symlink swapped in could send the write elsewhere. A directory created is fsynced into
-    its parent unless ``sync_new`` is false (a sync of the whole filesystem follows before anything is
-    published in it).
-    """
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts:
-            try:
-                os.mkdir(part, dir_fd=fd)
-                if sync_new:
-                    os.fsync(fd)  # the new directory's entry must survive a crash, or so would not the file
-            except FileExistsError:
-                pass
-            try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in _NOT_A_PLAIN_DIR:
-                    raise UnsafePath(f"{part!r} under {root} is a symlink or not a directory; refusing") from exc
-                raise
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    written: str = ""
+    """The :data:`~dataq.checksum.IDENTITY_ALGORITHM` digest of the bytes copied (which matched the record's
+    checksum as they were read): the copy read back must have it."""
 
 
 def _existing(dir_fd: int, name: str, shown: str, record: Record, algorithm: str,
@@ -154,7 +102,8 @@ def _existing(dir_fd: int, name: str, shown: str, record: Record, algorithm: str
 
 
 def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None) -> None:
-    """Copy the source into the copy's temporary file (created new), hashing what is read; SourceMismatch if it
+    """Copy the source into the copy's temporary file (created new), hashing what is read with the record's
+    algorithm and with the fast identity hash (for the read-back, ~40 times md5's speed); SourceMismatch if it
     is not the record's. Without ``syncfs`` the file is fsynced here."""
     record = copy.record
     try:
@@ -167,67 +116,41 @@ def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None) -> No
             raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
         target = os.open(copy.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=copy.dir_fd)
         with open(target, "wb", closefd=True) as out:
-            digest = hashlib.new(algorithm, usedforsecurity=False)
+            digests = [new_hasher(name) for name in dict.fromkeys((algorithm, IDENTITY_ALGORITHM))]
             read = 0
             while chunk := os.read(source, CHUNK_BYTES):
                 if abort is not None and abort.is_set():
                     raise Aborted(f"copy of {record.path} aborted")
-                digest.update(chunk)
+                for digest in digests:
+                    digest.update(chunk)
                 read += len(chunk)
                 out.write(chunk)
             out.flush()
-            if _SYNCFS is None:
+            if SYNCFS is None:
                 os.fsync(out.fileno())
     finally:
         os.close(source)
-    check_read(record, digest.hexdigest(), read)
+    check_read(record, digests[0].hexdigest(), read)
+    copy.written = digests[-1].hexdigest()
 
 
-def _verify_copy(copy: _Copy, algorithm: str, abort: threading.Event | None) -> None:
+def _verify_copy(copy: _Copy, abort: threading.Event | None) -> None:
+    """Read the durable copy back from the disk: it must hold the bytes copied (the identity hash says so; the
+    record's checksum vouched for those bytes as they were read)."""
     fd = os.open(copy.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=copy.dir_fd)
     try:
         # Drop the cached pages (clean since the sync) so what is read is what the disk holds, not our own
         # buffers (advice only: a filesystem may ignore it).
         with contextlib.suppress(OSError):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        digest, size = hash_fd(fd, algorithm, abort)
+        digest, size = hash_fd(fd, IDENTITY_ALGORITHM, abort)
     finally:
         os.close(fd)
     record = copy.record
-    if size != record.size or not matches(digest, record):
-        raise CopyMismatch(f"copy of {record.path} to {copy.shown} read back {size} bytes with checksum {digest}; "
-                           f"the record says {record.size} bytes, {record.checksum}")
-
-
-def _publish(dir_fd: int, temp: str, name: str) -> bool:
-    """Give ``temp`` its final ``name`` atomically; False if ``name`` appeared meanwhile (``temp`` is kept)."""
-    try:
-        # A hard link never replaces an existing file (rename would), so a conflicting file is never clobbered.
-        os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    except FileExistsError:
-        return False
-    except OSError as exc:
-        if exc.errno not in _NO_HARD_LINKS:
-            raise
-        if _lexists(dir_fd, name):
-            return False
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        return True
-    os.unlink(temp, dir_fd=dir_fd)
-    return True
-
-
-def _lexists(dir_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _unlink_quietly(dir_fd: int, name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(name, dir_fd=dir_fd)
+    if size != record.size or digest != copy.written:
+        raise CopyMismatch(f"copy of {record.path} to {copy.shown} read back {size} bytes with {IDENTITY_ALGORITHM} "
+                           f"{digest}; {record.size} bytes with {IDENTITY_ALGORITHM} {copy.written} were written "
+                           f"(record {record.checksum})")
 
 
 def _failure(exc: OSError, record: Record, root: str, shown: str) -> ActionError:
@@ -253,7 +176,7 @@ def _remove_stale_temps(dir_fd: int, names: set[str]) -> None:
     for entry in os.listdir(dir_fd):
         if entry.startswith(".") and entry.endswith(TEMP_SUFFIX) and len(entry) > token_and_suffix + 1 \
                 and entry[-token_and_suffix] == "." and entry[1:-token_and_suffix] in kept:
-            _unlink_quietly(dir_fd, entry)
+            unlink_quietly(dir_fd, entry)
 
 
 class _Batch:
@@ -274,7 +197,7 @@ class _Batch:
         fd = self.dirs.get(parts)
         if fd is None:
             try:
-                fd = self.dirs[parts] = open_beneath(self.root, parts, sync_new=_SYNCFS is None)
+                fd = self.dirs[parts] = open_beneath(self.root, parts, sync_new=SYNCFS is None)
             except FileNotFoundError as exc:
                 if not os.path.isdir(self.root):  # unmounted, or removed: the storage is away, not the record wrong
                     raise Retryable(f"storage root {self.root} does not exist", destination=self.root) from exc
@@ -305,7 +228,7 @@ class _Batch:
         if not what:
             return
         try:
-            if _SYNCFS is not None:
+            if SYNCFS is not None:
                 for dir_fd in {os.fstat(copy.dir_fd).st_dev: copy.dir_fd for copy in what}.values():
                     sync_filesystem(dir_fd)
             elif names:
@@ -319,8 +242,8 @@ class _Batch:
         """Check one durable copy and publish it."""
         try:
             if verify:
-                _verify_copy(copy, self.algorithm, self.abort)
-            if not _publish(copy.dir_fd, copy.temp, copy.name):
+                _verify_copy(copy, self.abort)
+            if not publish(copy.dir_fd, copy.temp, copy.name):
                 # Another worker stored the same name meanwhile; it is fine only if it holds our data.
                 _existing(copy.dir_fd, copy.name, copy.shown, copy.record, self.algorithm, self.abort)
         except OSError as exc:
@@ -329,7 +252,7 @@ class _Batch:
 
     def close(self) -> None:
         for copy in self.copies:
-            _unlink_quietly(copy.dir_fd, copy.temp)
+            unlink_quietly(copy.dir_fd, copy.temp)
         by_dir: dict[int, set[str]] = {}
         for copy in self.copies:
             if isinstance(self.outcomes.get(copy.index), Stored):

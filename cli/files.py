@@ -65,10 +65,10 @@ def show_progress(as_json: bool, stdout: Terminal | None = None, stderr: Termina
 
 
 def file_record(path: str, rules: RecordRules) -> Record:
-    """The record of a data file: its absolute path, md5 and size, read in chunks."""
+    """The record of a data file: its absolute path, checksum (the queue's algorithm) and size, read in chunks."""
     absolute = os.path.abspath(path)
     try:
-        checksum, size = hash_file(absolute)
+        checksum, size = hash_file(absolute, rules.algorithm)
     except OSError as exc:
         raise FileProblem(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:

@@ -19,9 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import InvalidRecord
 
-DEFAULT_CHECKSUM_PATTERN = r"[0-9a-f]{32}"
+
+def pattern_for(algorithm: str) -> str:
+    """The checksum pattern of a queue whose records carry ``algorithm``'s checksums: lower-case hex."""
+    return rf"[0-9a-f]{{{HEX_DIGITS[algorithm]}}}"
+
+
+DEFAULT_CHECKSUM_PATTERN = pattern_for(DEFAULT_ALGORITHM)
 """Lower-case hex md5, as the original data-q's feeders send it."""
 
 MAX_PATH_LENGTH = 4096
@@ -32,11 +39,15 @@ MAX_SIZE = 2**63 - 1
 
 JSON_KEYS = frozenset({"path", "checksum", "size"})
 SITE_KEY = "site"
-"""The JSON form's one optional key: the name of the site that hands the record on (a cascade's hand-on)."""
+"""An optional key of the JSON form: the name of the site that hands the record on (a cascade's hand-on)."""
+ALGORITHM_KEY = "algorithm"
+"""An optional key of the JSON form: the algorithm of the checksum (a cascade's hand-on names it, so that a site
+whose queue uses another is refused, not silently mismatched)."""
+OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """A site's name (the setting ``site``)."""
-SITE_REFUSED = f"unknown JSON key {SITE_KEY!r}"
-"""How a push daemon older than site names starts its refusal of a hand-on that carries one."""
+OLDER_REFUSALS = tuple(f"unknown JSON key {key!r}" for key in sorted(OPTIONAL_KEYS))
+"""How a push daemon older than site names (or than algorithm names) starts its refusal of a hand-on line."""
 _STORED_SEPARATOR = "\0"
 _DIGITS = re.compile(r"[0-9]+")
 _COMMON_LINE = rf"(/[!-~]{{0,{MAX_PATH_LENGTH - 1}}}) ([!-~]+) ([0-9]{{1,19}})\r?\n?"
@@ -69,9 +80,11 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class RecordRules:
-    """How record fields are validated; the checksum pattern is configurable per queue."""
+    """How record fields are validated: the queue's checksum algorithm and the pattern its checksums match."""
 
     checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
+    algorithm: str = DEFAULT_ALGORITHM
+    """The queue's checksum algorithm (``[queues.NAME] checksum``): what its feeders compute."""
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,8 +101,16 @@ class RecordRules:
                 raise InvalidRecord("checksum is empty")
             raise InvalidRecord(f"checksum {checksum!r} contains whitespace or a control character")
         if self.compiled.fullmatch(checksum) is None:
-            raise InvalidRecord(f"checksum {checksum!r} does not match the pattern {self.checksum_pattern!r}")
+            raise InvalidRecord(f"checksum {checksum!r} does not match the pattern {self.checksum_pattern!r} of "
+                                f"this queue's {self.algorithm} checksums")
         return checksum
+
+    def check_algorithm(self, algorithm: object) -> None:
+        """A record that names its checksum's algorithm must name the queue's."""
+        if algorithm != self.algorithm:
+            shown = algorithm if isinstance(algorithm, str) else json.dumps(algorithm)
+            raise InvalidRecord(f"checksum algorithm {_shortened(shown)!r} is not this queue's: its checksums are "
+                                f"{self.algorithm}")
 
 
 DEFAULT_RULES = RecordRules()
@@ -205,10 +226,10 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
         raise InvalidRecord(f"invalid JSON: {_shortened(str(exc), 120)}") from exc
     if not isinstance(obj, dict):
         raise InvalidRecord("JSON record must be an object")
-    unknown = sorted(set(obj) - JSON_KEYS - {SITE_KEY})
+    unknown = sorted(set(obj) - JSON_KEYS - OPTIONAL_KEYS)
     if unknown:
         raise InvalidRecord(f"unknown JSON key {unknown[0]!r}; expected only {sorted(JSON_KEYS)} "
-                            f"(and {SITE_KEY!r})")
+                            f"(and {' and '.join(map(repr, sorted(OPTIONAL_KEYS)))})")
     missing = sorted(JSON_KEYS - set(obj))
     if missing:
         raise InvalidRecord(f"JSON record lacks the key {missing[0]!r}")
@@ -220,6 +241,8 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
     if site is not None and (not isinstance(site, str) or SITE_PATTERN.fullmatch(site) is None):
         raise InvalidRecord(f"site {_shortened(json.dumps(site), 80)} is not a site name (1 to 64 letters, digits, "
                             "_, -, . or :)")
+    if ALGORITHM_KEY in obj:
+        rules.check_algorithm(obj[ALGORITHM_KEY])
     record = make_record(path, checksum, obj["size"], rules)
     return record if site is None else Record(record.path, record.checksum, record.size, source=site)
 
@@ -231,19 +254,31 @@ def format_line(record: Record) -> str:
     return f"{record.path} {record.checksum} {record.size}"
 
 
-def handon_line(record: Record, site: str) -> str:
-    """The JSON line a site hands ``record`` on with, naming itself (push daemons older than site names refuse
-    it: :data:`SITE_REFUSED`; :func:`format_line` is the form they take)."""
-    return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size, SITE_KEY: site})
+def handon_line(record: Record, site: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
+    """The JSON line a site hands ``record`` on with, naming itself and its checksum's algorithm (push daemons
+    older than these names refuse it: :data:`OLDER_REFUSALS`; :func:`plain_form` is the form they take)."""
+    named: dict[str, object] = {"path": record.path, "checksum": record.checksum, "size": record.size}
+    if site:
+        named[SITE_KEY] = site
+    return json.dumps({**named, ALGORITHM_KEY: algorithm})
 
 
-def without_site(line: bytes) -> bytes:
-    """A hand-on line in the form push daemons older than site names take (the line as it is if it has none)."""
+def refused_as_older(detail: str) -> bool:
+    """Whether a push daemon's ``Error:`` reply refuses a hand-on line's names (a daemon older than them)."""
+    return detail.startswith(OLDER_REFUSALS)
+
+
+def plain_form(line: bytes) -> bytes:
+    """A hand-on line in the form push daemons older than site names take; the line as it is if it names no
+    site nor algorithm, or if its checksum is not md5 (the only one those daemons know: refused, it must stay
+    so, never be taken as md5)."""
     try:
         obj = json.loads(line)
     except ValueError:
         return line
-    if not isinstance(obj, dict) or SITE_KEY not in obj:
+    if not isinstance(obj, dict) or not OPTIONAL_KEYS & set(obj):
+        return line
+    if obj.get(ALGORITHM_KEY, DEFAULT_ALGORITHM) != DEFAULT_ALGORITHM:
         return line
     record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
     return (format_line(record) + "\n").encode("utf-8", "surrogateescape")

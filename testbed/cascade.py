@@ -104,12 +104,15 @@ class Site:
 
 
 class Cascade:
-    """``names[0]`` → ``names[1]`` → ... → ``names[-1]``; ``move`` are extra options of every ``network_move``."""
+    """``names[0]`` → ``names[1]`` → ... → ``names[-1]``; ``move`` are extra options of every ``network_move``,
+    ``queue`` extra settings of every site's queue, ``queues`` of one site's (by its name)."""
 
     def __init__(self, root: Path, names: Sequence[str], *, move: Mapping[str, Any] | None = None,
-                 pop: Mapping[str, Any] | None = None, queue: Mapping[str, Any] | None = None) -> None:
+                 pop: Mapping[str, Any] | None = None, queue: Mapping[str, Any] | None = None,
+                 queues: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.sites = [Site(root, name) for name in names]
         self.move, self.pop, self.queue = dict(move or {}), dict(pop or {}), dict(queue or {})
+        self.queues = {name: {**self.queue, **(queues or {}).get(name, {})} for name in names}
 
     @property
     def first(self) -> Site:
@@ -124,12 +127,13 @@ class Cascade:
             site.start_services()
         for site, following in zip(self.sites, [*self.sites[1:], None], strict=True):
             if following is None:
-                site.write_config(["disk_store"], {"disk_store": {"root": str(site.archive)}}, self.pop, self.queue)
+                site.write_config(["disk_store"], {"disk_store": {"root": str(site.archive)}}, self.pop,
+                                  self.queues[site.name])
                 continue
             move = {"destination": following.rsync.url(MODULE), "next_sites": [f"{LOOPBACK}:{following.port}"],
                     "next_path": f"{following.incoming}/{{relpath}}", "remove_source": "after_receipt",
                     **self.move}
-            site.write_config(["network_move"], {"network_move": move}, self.pop, self.queue)
+            site.write_config(["network_move"], {"network_move": move}, self.pop, self.queues[site.name])
         for site in reversed(self.sites):
             site.start_daemons()
 

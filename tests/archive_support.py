@@ -96,16 +96,17 @@ class Archive:
     def catalog(self) -> Path:
         return self.root / "catalog"
 
-    def config(self, **options: Any) -> Path:
+    def config(self, queue: Mapping[str, Any] | None = None, **options: Any) -> Path:
         return write_config(self.tmp, self.redis_url, actions=["archive_ingest"],
                             options={"archive_ingest": options_for(self.root, **options)},
-                            pop={"concurrency": 64})
+                            pop={"concurrency": 64}, queue=queue)
 
     @contextlib.asynccontextmanager
-    async def action(self, **options: Any) -> AsyncIterator[Any]:
+    async def action(self, queue: Mapping[str, Any] | None = None, **options: Any) -> AsyncIterator[Any]:
+        """A started ``archive_ingest`` with ``options``; ``queue``: settings of its queue."""
         from dataq.actions import ActionContext, load_actions
 
-        settings = load(self.config(**options))
+        settings = load(self.config(queue, **options))
         queue = settings.queue()
         store = QueueStore.open(settings, self.redis_url, queue.name)
         try:

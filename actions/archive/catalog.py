@@ -81,10 +81,12 @@ SCHEMA = StructType([
     *(StructField(column, _TYPES[kind]) for _, column, kind in FITS_KEYWORDS),
     StructField("extensions", IntegerType()),
     StructField("obs_time", TimestampType()),
+    StructField("checksum_algorithm", StringType()),
     StructField(PARTITION_COLUMN, DateType()),
 ])
 """Column order is the order of the tuples :func:`append` takes. Parquet files are read by column name, so files
-written before a column was added read it as null (``time_obs``, ``extensions`` and ``obs_time`` came later)."""
+written before a column was added read it as null (``time_obs``, ``extensions`` and ``obs_time`` came later;
+``checksum_algorithm``, the queue's ``checksum``, too: null is md5, the only one before it)."""
 LS_COLUMNS = ("ingest_date", "checksum", "size", "instrument", "date_obs", "obs_time", "object", "exptime", "path")
 """What ``dataq archive ls`` shows as text (``--json`` gives every column)."""
 

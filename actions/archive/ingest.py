@@ -7,9 +7,9 @@ copy it into the content-addressed store ``<archive_root>/ab/cd/abcd...`` and re
 appends one catalog row per new checksum (:mod:`.catalog`). Every ``run`` still gets its own outcome: one bad
 file fails its record, not its batch.
 
-Batches fill only if the pop daemon runs enough records at once: set ``[pop] concurrency`` (or ``dataq pop -c``)
-to at least ``batch_size``, better twice it so one batch is copied while the previous one is appended. Below
-``batch_size``, every batch waits out ``batch_age``.
+Batches fill because the pop daemon runs at least twice ``batch_size`` records at once whatever ``[pop]
+concurrency`` says (:meth:`ArchiveIngestAction.records_at_once`): one batch is copied while the previous one is
+appended.
 
 Idempotent: a checksum already in the catalog succeeds without a copy or a row. One catalog writer at a time:
 the append holds the queue's catalog lease (:meth:`dataq.store.QueueStore.lease`, renewed while it runs), so pop
@@ -26,7 +26,6 @@ Options: :class:`ArchiveIngestOptions` (``[queues.NAME.archive_ingest]``; only `
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.util
 import os
 import re
@@ -42,6 +41,7 @@ from dataq.actions.archive.upkeep import CatalogUpkeep
 from dataq.actions.base import Action, ActionContext
 from dataq.actions.batcher import BATCHES_IN_FLIGHT, MicroBatcher
 from dataq.actions.files import finish_in_thread
+from dataq.checksum import check_algorithm
 from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
 from dataq.record import Record
@@ -56,7 +56,6 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_BATCH_AGE = 5.0
 DEFAULT_DRIVER_HOST = "127.0.0.1"
 DEFAULT_LEASE_TTL = 60.0
-DEFAULT_ALGORITHM = "md5"
 CATALOG_DIR = "catalog"
 """The catalog's directory under the archive root when ``catalog`` is not set."""
 LEASE_NAME = "archive-catalog"
@@ -100,8 +99,8 @@ class ArchiveIngestOptions:
     """Address the Spark driver binds to and announces; a cluster's workers must reach it."""
     lease_ttl: float = DEFAULT_LEASE_TTL
     """Seconds the catalog lease outlives a writer that died while appending."""
-    checksum_algorithm: str = DEFAULT_ALGORITHM
-    """hashlib algorithm of the records' checksums (and of the store's names)."""
+    checksum_algorithm: str | None = None
+    """The records' checksum algorithm (and of the store's names); None: the queue's ``checksum``."""
     fsync: bool = True
     """Make each archived copy durable before its record is acknowledged."""
     timeout: float | None = None
@@ -137,9 +136,8 @@ class ArchiveIngestOptions:
             raise ValueError(f"compact_grace must be 0 or more seconds, got {self.compact_grace}")
         if not -12 <= self.night_utc_offset <= 14:
             raise ValueError(f"night_utc_offset must be hours from UTC between -12 and 14, got {self.night_utc_offset}")
-        if self.checksum_algorithm not in hashlib.algorithms_guaranteed:
-            raise ValueError(f"checksum_algorithm {self.checksum_algorithm!r} is not one of "
-                             f"{', '.join(sorted(hashlib.algorithms_guaranteed))}")
+        if self.checksum_algorithm is not None:
+            check_algorithm(self.checksum_algorithm)
         for entry in self.conf:
             key, sep, _ = entry.partition("=")
             if not sep or not key.strip().startswith("spark."):
@@ -256,10 +254,9 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
             await asyncio.to_thread(os.makedirs, self.options.catalog_path, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"archive_ingest: cannot create {self.options.catalog_path}: {exc}") from exc
-        if self.context.concurrency < self.options.batch_size:
-            log.warning("pop concurrency is below the archive batch size: batches are cut by age, not size, "
-                        "unless dataq pop --concurrency raises it", concurrency=self.context.concurrency,
-                        batch_size=self.options.batch_size, batch_age=self.options.batch_age)
+
+    def records_at_once(self) -> int:
+        return BATCHES_IN_FLIGHT * self.options.batch_size
 
     @property
     def _spark(self) -> str:
@@ -307,7 +304,7 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
                                     destination=self._spark) from exc
                 self._job = IngestJob(spark, archive_root=self.options.archive_root,
                                       catalog_path=self.options.catalog_path, queue=self.queue.name,
-                                      algorithm=self.options.checksum_algorithm, fsync=self.options.fsync)
+                                      algorithm=self.algorithm, fsync=self.options.fsync)
             return self._job
 
     async def _ingest(self, records: list[Record]) -> list[ActionError | None]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import heapq
 import io
 import os
@@ -32,6 +31,7 @@ from pyspark.sql import SparkSession
 from dataq.actions.archive import catalog, headers, obstime
 from dataq.actions.archive.catalog_files import OUTPUT_PREFIX, data_files, replaced_by
 from dataq.actions.archive.headers import read_header
+from dataq.checksum import digest_width, new_hasher
 
 CHUNK_BYTES = 1 << 20
 """Read size; a file no larger is read (and hashed, and its header parsed) from one buffer."""
@@ -83,8 +83,8 @@ def ingest_partition(archive_root: str, algorithm: str, fsync: bool,
 def ingest_file(path: str, checksum: str, size: int, archive_root: str, *, algorithm: str = "md5",
                 fsync: bool = True) -> Metadata:
     """Verify one file against its record, copy it into the archive (unless there already), extract metadata."""
-    hasher = hashlib.new(algorithm)
-    if len(checksum) != 2 * hasher.digest_size or not HEX_DIGITS.issuperset(checksum):
+    hasher = new_hasher(algorithm)
+    if len(checksum) != digest_width(algorithm) or not HEX_DIGITS.issuperset(checksum):
         raise IngestFailure(f"checksum {checksum!r} is not a lower-case hex {algorithm} digest")
     relative = archive_relative(checksum)
     target = os.path.join(archive_root, relative)
@@ -266,7 +266,7 @@ class IngestJob:
         rows = {checksum: (path, meta) for path, checksum, meta in archived}
         present = catalog.existing_checksums(self.spark, self.catalog_path, rows, before - seen - self._own_files)
         now = dt.datetime.now(dt.UTC)
-        fresh = [_row(checksum, path, meta, self.queue, now) for checksum, (path, meta) in rows.items()
+        fresh = [_row(checksum, path, meta, self.queue, self.algorithm, now) for checksum, (path, meta) in rows.items()
                  if checksum not in present]
         catalog.append(self.spark, self.catalog_path, fresh)
         # Holding the lease, every file that appeared during the append is ours (compactions publish under it
@@ -300,8 +300,8 @@ class IngestJob:
                 self._foreign_outputs.add(path)
 
 
-def _row(checksum: str, path: str, meta: Metadata, queue: str, now: dt.datetime) -> tuple[Any, ...]:
+def _row(checksum: str, path: str, meta: Metadata, queue: str, algorithm: str, now: dt.datetime) -> tuple[Any, ...]:
     size, mtime, relative, is_fits, fits_error, extensions, obs_time, *values = meta
     modified = dt.datetime.fromtimestamp(mtime, dt.UTC)
     return (checksum, size, modified, path, relative, queue, now, is_fits, fits_error, *values, extensions, obs_time,
-            now.date())
+            algorithm, now.date())

@@ -9,10 +9,11 @@ from types import MappingProxyType
 from typing import Any
 
 from dataq.addresses import MAX_PORT
+from dataq.checksum import DEFAULT_ALGORITHM, check_queue_algorithm
 from dataq.config.loader import FILLED, ROLE_KEY, SUB_TABLES, Invalid, Section, freeze, setting
 from dataq.errors import InvalidRecord
 from dataq.keys import QUEUE_NAME_PATTERN
-from dataq.record import DEFAULT_CHECKSUM_PATTERN, RecordRules
+from dataq.record import RecordRules, pattern_for
 
 DEFAULT_REMEMBER_DONE = 7 * 86_400.0
 """Seconds a done record's id is remembered (7 days, as Rubin's transfer keeps its de-duplication keys)."""
@@ -42,8 +43,13 @@ class QueueSettings(Section):
     random, so records failed together do not fall due together)."""
     action_timeout: float = setting(600.0, gt=0)
     """Seconds one action may run on one record before it counts as failed."""
-    checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
-    """Regular expression every checksum must match in full."""
+    checksum: str = DEFAULT_ALGORITHM
+    """The algorithm of the records' checksums: ``md5``, ``sha256``, ``xxh128`` (XXH3-128) or ``adler32``. The
+    feeders compute it, the push daemon checks it, the actions verify with it, and a cascade's hand-on names it
+    (a next site whose queue uses another refuses the record)."""
+    checksum_pattern: str | None = None
+    """Regular expression every checksum must match in full (None: lower-case hex of the width of ``checksum``'s
+    digests, such as ``[0-9a-f]{32}`` for md5)."""
     remember_done: float = setting(DEFAULT_REMEMBER_DONE, gt=0)
     """Seconds the ids of done records are remembered (at least this, at most twice): a record pushed again
     within it is ``Ignored``, and receipts about it are answered ``done``."""
@@ -77,7 +83,12 @@ class QueueSettings(Section):
             raise Invalid("retry_max_delay", f"key '{{key}}' ({self.retry_max_delay}) must not be less than "
                           f"{{table}}.retry_delay ({self.retry_delay})")
         try:
-            object.__setattr__(self, "_rules", RecordRules(self.checksum_pattern))
+            check_queue_algorithm(self.checksum)
+        except ValueError as exc:
+            raise Invalid("checksum", f"key '{{key}}': {exc}") from exc
+        pattern = self.checksum_pattern if self.checksum_pattern is not None else pattern_for(self.checksum)
+        try:
+            object.__setattr__(self, "_rules", RecordRules(pattern, self.checksum))
         except InvalidRecord as exc:
             raise Invalid("checksum_pattern", f"key '{{key}}': {exc}") from exc
 

@@ -25,7 +25,7 @@ from dataq.feed.client import DEFAULT_WINDOW, Feeder, Target
 from dataq.feed.spool import Pending, Spool
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
-from dataq.record import SITE_REFUSED, without_site
+from dataq.record import plain_form, refused_as_older
 
 SETTLE_EVERY = 0.05
 """Seconds between two settlements of answers in the spool (one transaction each)."""
@@ -143,9 +143,9 @@ class Forwarder:
                     return
 
     def _out(self, row: Pending) -> bytes:
-        """Note a row as sent; its line (without the site's name, for a push daemon older than site names)."""
+        """Note a row as sent; its line (in the plain form, for a push daemon older than site names)."""
         if self._plain:
-            row = row._replace(line=without_site(row.line))
+            row = row._replace(line=plain_form(row.line))
         self._sent[self._next_index] = row
         self._next_index += 1
         return row.line
@@ -169,9 +169,9 @@ class Forwarder:
 
     def _on_reply(self, index: int, reply: Reply) -> None:
         row = self._sent.pop(index)
-        if reply.kind is ReplyKind.ERROR and reply.detail.startswith(SITE_REFUSED) and \
-                without_site(row.line) != row.line:
-            # A push daemon older than site names (a cascade's hand-on carries one): sent again without it.
+        if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) and plain_form(row.line) != row.line:
+            # A push daemon older than site names (a cascade's hand-on carries one): sent again without it. A
+            # record whose checksum is not md5 has no plain form: it stays refused, and says why.
             if not self._plain:
                 log.info("the push daemon is older than site names: records go without the site's name")
             self._plain = True

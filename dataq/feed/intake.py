@@ -20,9 +20,9 @@ import stat
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
-from dataq.checksum import DEFAULT_ALGORITHM, hash_fd
+from dataq.checksum import LARGE_FILE_BYTES, hash_fd
 from dataq.errors import InvalidRecord, SpoolFull
 from dataq.feed.forward import Forwarder
 from dataq.feed.spool import Entry, FileKey, Spool
@@ -57,14 +57,15 @@ class Intake:
         forwarder: Forwarder,
         rules: RecordRules = DEFAULT_RULES,
         *,
-        algorithm: str = DEFAULT_ALGORITHM,
         workers: int | None = None,
         on_unreadable: Callable[[str], None] | None = None,
     ) -> None:
         """``on_unreadable`` gets the path of a file this feeder may not read (a writer's chmod comes later)."""
-        self.spool, self.forwarder, self.rules, self.algorithm = spool, forwarder, rules, algorithm
+        self.spool, self.forwarder, self.rules = spool, forwarder, rules
         self.on_unreadable = on_unreadable
         self.workers = workers or os.cpu_count() or 1
+        self._large_files: ThreadPoolExecutor | None = None
+        """Threads of files of LARGE_FILE_BYTES or more, beside the pool of :meth:`take_files` (while it runs)."""
         self.taken = 0
         self.skipped = 0
         self.failed = 0
@@ -83,6 +84,7 @@ class Intake:
         """Checksum each complete file of ``paths`` and keep its record, until ``paths`` ends; a failure of the
         spool (damaged, unusable) ends it at once."""
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum")
+        large_files = self._large_files = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum-large")
         slots = asyncio.Semaphore(self.workers * FILES_PER_WORKER)
         jobs: set[asyncio.Task[None]] = set()
         failed = self._failed = asyncio.get_running_loop().create_future()
@@ -130,7 +132,8 @@ class Intake:
                 failed.exception()  # retrieved: raised above, or superseded by what is raised
             # Reads under way stop at their next block: a big file must not hold up a stop.
             self._abort.set()
-            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+            for threads in (pool, large_files):
+                await asyncio.to_thread(threads.shutdown, wait=True, cancel_futures=True)
 
     async def take_records(self, records: AsyncIterable[Record]) -> None:
         """Keep every record of ``records`` (made elsewhere: a file of record lines, a scan)."""
@@ -184,8 +187,11 @@ class Intake:
             self._in_progress.pop(path, None)
 
     async def _entry_for(self, path: str, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> Entry | None:
-        # One trip to a checksum thread per file: look, ask the spool, read.
+        # One trip to a checksum thread per file: look, ask the spool, read (a large file: a second trip).
         examined = await loop.run_in_executor(pool, self._examine, path)
+        if isinstance(examined, _Large):
+            assert self._large_files is not None
+            examined = await loop.run_in_executor(self._large_files, self._hash, path, examined.key)
         if examined is None:
             return None
         if isinstance(examined, FileKey):
@@ -257,21 +263,32 @@ class Intake:
         self.forwarder.wake()
 
 
-    def _examine(self, path: str) -> tuple[FileKey, str] | FileKey | None:
+    def _examine(self, path: str) -> tuple[FileKey, str] | FileKey | _Large | None:
         """On a checksum thread: (the file's key, its checksum); the key alone if the spool has this version of
         the file already; None if it is no regular file or changed while it was read (its writer's close brings it
-        back)."""
+        back); a large file is only looked at (:class:`_Large`)."""
         info = os.lstat(path)
         if not stat.S_ISREG(info.st_mode):
             return None
         key = FileKey.of(path, info)
         if key in self._uncommitted or self.spool.known_here(key):
             return key
-        hashed = _hash_unchanged(path, key, self.algorithm, self._abort)
+        if key.size >= LARGE_FILE_BYTES:
+            return _Large(key)  # hashed on the large files' threads: small files do not wait behind it
+        return self._hash(path, key)
+
+    def _hash(self, path: str, key: FileKey) -> tuple[FileKey, str] | None:
+        hashed = _hash_unchanged(path, key, self.rules.algorithm, self._abort)
         if hashed is None:
             log.debug("file changed while it was read; waiting for its writer", path=path)
             return None
         return key, hashed
+
+
+class _Large(NamedTuple):
+    """A file to hash on the large files' threads."""
+
+    key: FileKey
 
 
 def _hash_unchanged(path: str, key: FileKey, algorithm: str, abort: threading.Event) -> str | None:

@@ -8,14 +8,15 @@ those and sends nothing for them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import stat
 import sys
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from dataq.checksum import DEFAULT_ALGORITHM, hash_file
+from dataq.checksum import LARGE_FILE_BYTES, hash_file
 from dataq.errors import InvalidRecord
 from dataq.record import DEFAULT_RULES, Record, RecordRules, make_record, parse_line
 
@@ -29,15 +30,17 @@ COMMENT = b"#"
 Sourced = tuple[str, Record | str]
 
 
-def list_files(root: str) -> list[str]:
-    """Absolute paths of the regular files under ``root`` (symbolic links are not followed), sorted."""
-    found: list[str] = []
+def list_files(root: str) -> list[tuple[str, int]]:
+    """Absolute paths and sizes of the regular files under ``root`` (symbolic links are not followed), sorted."""
+    found: list[tuple[str, int]] = []
     for directory, dirs, files in os.walk(os.path.abspath(root)):
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(directory, name)
-            if os.path.isfile(path) and not os.path.islink(path):
-                found.append(path)
+            with contextlib.suppress(OSError):  # gone meanwhile: not a file to feed
+                info = os.lstat(path)
+                if stat.S_ISREG(info.st_mode):
+                    found.append((path, info.st_size))
     return found
 
 
@@ -46,45 +49,51 @@ async def scan_tree(
     rules: RecordRules = DEFAULT_RULES,
     *,
     workers: int | None = None,
-    algorithm: str = DEFAULT_ALGORITHM,
     on_listed: Callable[[int], None] | None = None,
 ) -> AsyncIterator[Sourced]:
-    """Every file under ``root`` as a Record, checksums computed by ``workers`` threads, in path order.
+    """Every file under ``root`` as a Record, its checksum (``rules.algorithm``) computed on one of ``workers``
+    threads, in the order the checksums are ready. Files of :data:`LARGE_FILE_BYTES` or more have ``workers``
+    threads of their own, so a large file holds up no small one behind it.
 
     ``on_listed`` gets the number of files once the tree is listed (for a progress bar).
     """
-    paths = await asyncio.to_thread(list_files, root)
+    files = await asyncio.to_thread(list_files, root)
     if on_listed is not None:
-        on_listed(len(paths))
+        on_listed(len(files))
     workers = workers or os.cpu_count() or 1
     loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="dataq-checksum")
-    pending: deque[tuple[str, asyncio.Future[tuple[str, int]]]] = deque()
-    remaining = iter(paths)
+    lanes = {large: ThreadPoolExecutor(workers, thread_name_prefix="dataq-checksum") for large in (False, True)}
+    pending: dict[asyncio.Future[tuple[str, int]], tuple[int, str]] = {}
+    remaining = enumerate(files)
 
     def refill() -> None:
-        while len(pending) < workers * PREFETCH_PER_WORKER:
-            path = next(remaining, None)
-            if path is None:
+        while len(pending) < 2 * workers * PREFETCH_PER_WORKER:
+            following = next(remaining, None)
+            if following is None:
                 return
-            pending.append((path, loop.run_in_executor(pool, hash_file, path, algorithm)))
+            index, (path, size) = following
+            lane = lanes[size >= LARGE_FILE_BYTES]
+            pending[loop.run_in_executor(lane, hash_file, path, rules.algorithm)] = (index, path)
 
     try:
         refill()
         while pending:
-            path, future = pending.popleft()
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in sorted(done, key=lambda ready: pending[ready][0]):
+                _, path = pending.pop(future)
+                try:
+                    checksum, size = future.result()
+                    yield path, make_record(path, checksum, size, rules)
+                except OSError as exc:
+                    yield path, f"cannot read the file: {exc.strerror or exc}"
+                except InvalidRecord as exc:
+                    yield path, str(exc)
             refill()
-            try:
-                checksum, size = await future
-                yield path, make_record(path, checksum, size, rules)
-            except OSError as exc:
-                yield path, f"cannot read the file: {exc.strerror or exc}"
-            except InvalidRecord as exc:
-                yield path, str(exc)
     finally:
-        for _, future in pending:
+        for future in pending:
             future.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
+        for lane in lanes.values():
+            lane.shutdown(wait=False, cancel_futures=True)
 
 
 async def read_record_file(name: str, rules: RecordRules = DEFAULT_RULES) -> AsyncIterator[Sourced]:

@@ -100,12 +100,13 @@ class PopDaemon:
         self.queue_name = queue.name
         breakers = Breakers(self.pop.unreachable_after, self.pop.probe_delay, self.pop.probe_max_delay,
                             on_open=self._outage_started, on_close=self._outage_ended)
+        self._configured = concurrency or self.pop.concurrency
         self.worker = PopWorker(
             store,
             self.worker_id,
             queue,
             self.actions,
-            concurrency or self.pop.concurrency,
+            self._configured,
             self.ops.notifier,
             self._beat,
             observe_action=self.ops.metrics.action_duration,
@@ -163,6 +164,9 @@ class PopDaemon:
                 return EXIT_OK  # stopped before Redis ever answered: nothing claimed, nothing to give back
             log.info("pop daemon started", worker=self.worker_id, queue=self.store.queue,
                      concurrency=self.worker.concurrency, actions=self.info["actions"])
+            if self.worker.concurrency > self._configured:
+                log.info("concurrency raised so that the actions' batches fill", configured=self._configured,
+                         concurrency=self.worker.concurrency)
             if ready is not None:
                 ready(self.worker_id)
             await self.ops.ready(f"worker {self.worker_id} serving queue {self.store.queue}")

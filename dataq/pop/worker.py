@@ -1,5 +1,10 @@
 """Claiming records and running the queue's actions on them, up to ``concurrency`` records at a time.
 
+``concurrency`` is ``[pop] concurrency``, raised to what the queue's actions need to work at full speed
+(:func:`running_at_once`): an action that works a batch at a time (``network_move``, ``disk_store``,
+``archive_ingest``) gets enough records to fill its batches in flight with the default settings. Every record is
+still claimed into this worker's processing list before it runs, so a kill loses nothing whatever the number.
+
 The store's ``claim`` never blocks and is atomic with the ``action`` flag, so a record is never claimed while
 action processing is off, however long a worker has been waiting. The waiting is done here: when there is
 nothing to claim (or action is off) the worker sleeps until a pub/sub notice (``work``, ``flag:action:on``) or
@@ -101,6 +106,11 @@ def _failure(action: Action[Any], record: Record, exc: Exception, message: str) 
     return Failure(message, transient=True, destination=named or action.destination(record) or action.name)
 
 
+def running_at_once(concurrency: int, actions: Sequence[Action[Any]]) -> int:
+    """Records to run at once: ``concurrency``, or more if an action needs more to fill its batches."""
+    return max([concurrency, *(action.records_at_once() for action in actions)])
+
+
 class PopWorker:
     """One worker identity in the store: claims into its processing list, runs records, settles them."""
 
@@ -125,7 +135,7 @@ class PopWorker:
         self.store = store
         self.worker_id = worker_id
         self.actions = tuple(actions)
-        self.concurrency = concurrency
+        self.concurrency = running_at_once(concurrency, actions)
         self.settler = Settler(store, worker_id, queue, notifier, self._slots_freed, on_failure=on_failure)
         self._register = register
         self._observe_action = observe_action

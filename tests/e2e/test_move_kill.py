@@ -1,5 +1,6 @@
-"""A ``dataq pop`` killed (SIGKILL) in the middle of a batch transfer loses nothing: its rsync dies with it, its
-records are taken back from the dead worker, and only the batches it was sending are sent again."""
+"""Batches fill with the default ``[pop] concurrency``, and a ``dataq pop`` killed (SIGKILL) in the middle of a batch
+transfer, holding a full claim, loses nothing: its rsync dies with it, its records are taken back from the dead
+worker, and only the batches it was sending are sent again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from dataq.actions.rsync import WORK_PREFIX
+from dataq.config import PopSettings
 from dataq.store import QueueStore
 from testbed.rsync import RsyncDaemon, rsync_daemon
 from testbed.waits import eventually, eventually_equal
@@ -26,15 +28,17 @@ QUEUE = "transfer"
 DONE_TIMEOUT = 90.0
 
 
-def write_config(tmp_path: Path, redis_url: str, daemon: RsyncDaemon, rsync: Path) -> Path:
+def write_config(tmp_path: Path, redis_url: str, daemon: RsyncDaemon, rsync: Path, *,
+                 move: dict[str, object] | None = None) -> Path:
+    # [pop] concurrency is left at its default (4): the batches must fill without it.
     tables: dict[str, dict[str, object]] = {
         "redis": {"url": redis_url, "socket_timeout": 2.0},
         "log": {"dir": str(tmp_path / "log"), "format": "json"},
-        "pop": {"concurrency": 2 * BATCH, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.5, "sweep_interval": 0.2,
-                "grace_period": 5.0},
+        "pop": {"heartbeat_interval": 0.2, "heartbeat_ttl": 1.5, "sweep_interval": 0.2, "grace_period": 5.0},
         f"queues.{QUEUE}": {"actions": ["network_move"]},
         f"queues.{QUEUE}.network_move": {"destination": daemon.url("valley"), "rsync": str(rsync),
-                                         "extra_args": [f"--bwlimit={BANDWIDTH_KB}"], "batch_size": BATCH},
+                                         **(move if move is not None else
+                                            {"extra_args": [f"--bwlimit={BANDWIDTH_KB}"], "batch_size": BATCH})},
     }
     return write_tables(tmp_path / "dataq.toml", tmp_path / "data", tables)
 
@@ -59,9 +63,13 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
             await store.push_batch(records, source="test")
             first = PopProcess(config)
             started.append(first)
+            worker = await first.registered(store)
             await eventually(lambda: asyncio.sleep(0, result=bool(daemon.received())), timeout=30.0,
                              what="the first file of a batch to arrive")
+            held = await store.processing(worker)
             first.kill()
+            # Held: running, or done and waiting to be settled; at most twice what runs at once.
+            assert len(held) > 2 * PopSettings().concurrency, "the claim fills batches, not [pop] concurrency"
             before = set(daemon.received())
             assert len(before) < FILES, "killed in the middle, not at the end"
 
@@ -84,5 +92,27 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
         again = [name for name, times in received.items() if times > 1]
         assert max(received.values()) <= 2
         assert len(again) <= 2 * BATCH, "at most the batches in flight at the kill are sent again"
+    finally:
+        await store.close()
+
+
+async def test_batches_fill_with_the_default_settings(redis_url: str, tmp_path: Path) -> None:
+    count, batch = 600, 100  # network_move's default batch_size
+    records = [make_file(tmp_path / "mountain", f"f{n:03}.fits", os.urandom(4096)) for n in range(count)]
+    valley = tmp_path / "valley"
+    program, calls = recording_rsync(tmp_path)
+    store = QueueStore.from_url(redis_url, QUEUE)
+    try:
+        with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}) as daemon, processes() as started:
+            config = write_config(tmp_path, redis_url, daemon, program, move={})
+            await store.push_batch(records, source="test")
+            started.append(PopProcess(config))
+            await eventually_equal(lambda: counter(store, "done"), count, timeout=DONE_TIMEOUT,
+                                   what="every record done")
+        sends = [line for line in calls.read_text().splitlines() if "--dry-run" not in line]
+        # With batches of at most [pop] concurrency (4), this took 150 rsync processes. A batch is cut as soon as
+        # a slot is free (batch_age = 0), so some are small, but most fill while the previous ones are sent.
+        assert len(sends) <= 3 * count // batch, f"{len(sends)} rsync processes sent {count} files"
+        assert sorted(daemon.received()) == sorted(Path(record.path).name for record in records)
     finally:
         await store.close()

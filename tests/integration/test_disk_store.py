@@ -28,6 +28,7 @@ from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
 from testbed.actions import action_context
 from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, tiny_filesystem
+from tests.checksum_vectors import hash_of
 
 DATA = b"night sky " * 1000
 
@@ -88,9 +89,11 @@ async def test_record_without_push_time_is_stored_under_today(root: Path, source
     assert stored.parent.name in (before, after)
 
 
-async def test_copy_that_reads_back_wrong_is_never_published(root: Path, source: Path,
+@pytest.mark.parametrize("algorithm", ["md5", "sha256", "xxh128", "adler32"])
+async def test_copy_that_reads_back_wrong_is_never_published(root: Path, source: Path, algorithm: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    record = make_file(source, "a.fits", DATA)
+    # The read-back uses the fast identity hash (XXH3-128) of the bytes copied, whatever the record's algorithm.
+    record = replace(make_file(source, "a.fits", DATA), checksum=hash_of(algorithm, DATA))
     real_fadvise = os.posix_fadvise
 
     def corrupt_after_fsync(fd: int, offset: int, length: int, advice: int) -> None:
@@ -101,8 +104,8 @@ async def test_copy_that_reads_back_wrong_is_never_published(root: Path, source:
         real_fadvise(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", corrupt_after_fsync)
-    with pytest.raises(CopyMismatch, match="read back"):
-        await store(record, str(root), "a.fits")
+    with pytest.raises(CopyMismatch, match=r"read back .* with xxh128"):
+        await store(record, str(root), "a.fits", algorithm=algorithm)
     assert stored_files(root) == []
 
 

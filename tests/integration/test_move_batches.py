@@ -197,7 +197,7 @@ async def test_a_batch_is_stored_with_two_syncs_of_the_filesystem(tmp_path: Path
 async def test_without_syncfs_each_copy_and_directory_is_fsynced(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     records = files(tmp_path / "mountain", 4)
-    monkeypatch.setattr(storing, "_SYNCFS", None)
+    monkeypatch.setattr(storing, "SYNCFS", None)
     synced = counting(monkeypatch, os, "fsync")
     (tmp_path / "store").mkdir()
     outcomes = storing.store_batch_sync([(record, f"d/{Path(record.path).name}") for record in records],

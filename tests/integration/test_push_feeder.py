@@ -107,6 +107,17 @@ async def test_scanning_a_tree_yields_each_regular_file_with_its_md5_and_size(tm
         assert (record.checksum, record.size) == (hashlib.md5(content).hexdigest(), len(content))
 
 
+async def test_a_large_file_holds_up_no_small_file_behind_it_in_a_scan(tmp_path: Path) -> None:
+    large = tmp_path / "a-large.fits"  # first in path order
+    with large.open("wb") as out:
+        out.truncate(512 << 20)  # sparse: half a second of md5 without a disk
+    small = [tmp_path / f"b{n}.fits" for n in range(8)]
+    for path in small:
+        path.write_bytes(path.name.encode())
+    order = [origin async for origin, _ in scan_tree(str(tmp_path), workers=1)]
+    assert order == [*map(str, small), str(large)], "one thread for small files, one for large ones"
+
+
 async def test_a_record_file_skips_blank_and_comment_lines_and_reports_bad_lines_by_number(tmp_path: Path) -> None:
     good = make_records(2)
     path = tmp_path / "dump.txt"

@@ -49,7 +49,7 @@ def synthetic_rows(first: int, count: int, day: dt.date) -> list[tuple[Any, ...]
         keywords = (observed.isoformat(), None, None, "mosaic3", "kp4m", "KPNO", f"field{n}", "object", "r",
                     30.0, None, None, None)
         rows.append((checksum, 1000 + n, observed, f"/data/f{n}.fits", f"{checksum[:2]}/{checksum[2:4]}/{checksum}",
-                     QUEUE, dt.datetime.now(dt.UTC), True, None, *keywords, 0, observed, day))
+                     QUEUE, dt.datetime.now(dt.UTC), True, None, *keywords, 0, observed, "md5", day))
     return rows
 
 
@@ -99,7 +99,8 @@ async def test_files_written_before_obs_time_existed_are_read_queried_by_date_ob
     from pyspark.sql.types import StructType
 
     path = str(tmp_path / "catalog")
-    old_columns = [field for field in catalog.SCHEMA.fields if field.name not in ("time_obs", "extensions", "obs_time")]
+    old_columns = [field for field in catalog.SCHEMA.fields
+                   if field.name not in ("time_obs", "extensions", "obs_time", "checksum_algorithm")]
     old = [tuple(value for field, value in zip(catalog.SCHEMA.fields, row, strict=True) if field in old_columns)
            for row in synthetic_rows(0, 10, DAYS[0])]
     spark.createDataFrame(old, StructType(old_columns)).coalesce(1).write.partitionBy("ingest_date").parquet(path)

@@ -30,6 +30,7 @@ from tests.archive_support import (
     write_fits,
     write_plain,
 )
+from tests.checksum_vectors import ALGORITHMS, VECTORS
 from tests.pop_support import QUEUE
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
@@ -110,6 +111,21 @@ async def test_ls_and_stats_select_rows_by_instrument_observation_date_and_check
         (today, 3, sum(r.size for r in records), 3, 0)
     per_instrument = catalog.stats(spark, path, by_instrument=True)
     assert [(r["instrument"], r["files"]) for r in per_instrument] == [("decam", 1), ("mosaic3", 1), ("odi", 1)]
+
+
+async def test_each_algorithm_archives_under_its_digest_and_the_catalog_says_which(spark: Any,
+                                                                                  archive: Archive) -> None:
+    for algorithm in ALGORITHMS:
+        data = b"abc"
+        path = archive.tmp / algorithm / "abc.dat"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        record = Record(str(path), VECTORS[algorithm][data], len(data))
+        async with archive.action({"checksum": algorithm}, batch_size=1) as action:
+            assert await run_all(action, [record]) == [None]
+        assert archived_copy(archive.root, record.checksum).read_bytes() == data
+    found = {row["checksum"]: row["checksum_algorithm"] for row in rows(spark, archive)}
+    assert found == {VECTORS[algorithm][b"abc"]: algorithm for algorithm in ALGORITHMS}
 
 
 async def test_a_checksum_mismatch_fails_only_that_record_and_leaves_no_copy(spark: Any, archive: Archive) -> None:

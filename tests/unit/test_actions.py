@@ -17,6 +17,7 @@ from dataq.actions.registry import resolve
 from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepAction, marks
 from dataq.config import QueueSettings, Settings
 from dataq.errors import ActionError, ConfigError
+from dataq.pop.worker import running_at_once
 from dataq.record import Record
 from testbed.actions import action_context
 from tests.helpers import make_records
@@ -59,6 +60,15 @@ def test_dataqs_own_actions_are_found_by_name_without_entry_points(monkeypatch: 
     assert resolve("archive_ingest").cls.__name__ == "ArchiveIngestAction"  # importing it needs no pyspark
     points = {ep.name for ep in importlib.metadata.entry_points(group="dataq.actions")}
     assert not points & set(registry_module.BUILTIN), "the entry-point group is for a site's actions only"
+
+
+def test_a_batching_action_gets_enough_records_at_once_to_fill_its_batches(tmp_path: Path) -> None:
+    moved = build(("network_move", "disk_store", "noop"), {"network_move": {"destination": str(tmp_path)},
+                                                           "disk_store": {"root": str(tmp_path), "batch_size": 300}})
+    assert [action.records_at_once() for action in moved] == [200, 600, 0], "two batches in flight, full"
+    assert running_at_once(4, moved) == 600, "the default [pop] concurrency is raised to the largest need"
+    assert running_at_once(1000, moved) == 1000, "a larger concurrency stays"
+    assert running_at_once(4, build(("noop",))) == 4, "per-record actions run [pop] concurrency at once"
 
 
 def test_an_inline_argument_sets_the_option_the_action_names() -> None:

@@ -110,7 +110,7 @@ def test_dataq_archive_without_java_prints_one_line_and_exits_with_the_config_st
     ({"conf": ["executor.memory=2g"]}, "conf entry 'executor.memory=2g' must read 'spark.some.key=value'"),
     ({"batch_size": 0}, "batch_size must be at least 1"),
     ({"batch_age": 0.0}, "batch_age must be a positive number of seconds"),
-    ({"checksum_algorithm": "crc32"}, "checksum_algorithm 'crc32' is not one of"),
+    ({"checksum_algorithm": "crc32"}, "unknown checksum algorithm 'crc32'"),
     ({"compact_files": -1}, "compact_files must be 0 or more and compact_target_mb at least 1, got -1 and 128"),
     ({"compact_target_mb": 0}, "compact_files must be 0 or more and compact_target_mb at least 1, got 64 and 0"),
     ({"compact_grace": -5.0}, "compact_grace must be 0 or more seconds, got -5.0"),

@@ -17,7 +17,7 @@ from dataq.record import (
     _parse_line_fully,
     handon_line,
     parse_line,
-    without_site,
+    plain_form,
 )
 
 printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
@@ -101,9 +101,16 @@ def test_a_hand_on_line_names_the_site_it_comes_from_and_strips_back_to_the_olde
     line = handon_line(record, "mountain")
     parsed = parse_line(line)
     assert (parsed.path, parsed.checksum, parsed.size, parsed.source) == (record.path, record.checksum, 12, "mountain")
-    plain = without_site((line + "\n").encode())
+    plain = plain_form((line + "\n").encode())
     assert parse_line(plain) == record and b"site" not in plain
-    assert without_site(b"/data/a.fits " + b"0" * 32 + b" 12\n") == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+    assert plain_form(b"/data/a.fits " + b"0" * 32 + b" 12\n") == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+
+
+def test_a_hand_on_line_names_its_algorithm_and_has_no_older_form_unless_md5() -> None:
+    record = Record("/data/a.fits", "0" * 32, 12)
+    assert '"algorithm": "md5"' in handon_line(record, "mountain")
+    fast = (handon_line(record, "mountain", "xxh128") + "\n").encode()
+    assert plain_form(fast) == fast, "an older site knows md5 only: an xxh128 record must stay refused"
 
 
 @pytest.mark.parametrize(("site", "message"), [(7, "site 7 is not a site name"),

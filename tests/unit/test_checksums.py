@@ -1,0 +1,76 @@
+"""Every checksum algorithm a queue may use gives the published digests, whether the bytes come whole or in
+chunks, and a queue's checksum decides what its records must look like."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dataq.checksum import HEX_DIGITS, check_algorithm, check_queue_algorithm, hash_fd_many, hash_file, new_hasher
+from dataq.config import QueueSettings
+from dataq.errors import InvalidRecord
+from dataq.record import parse_line
+from tests.checksum_vectors import ALGORITHMS, VECTORS
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_each_algorithm_gives_the_published_digests(algorithm: str, tmp_path: Path) -> None:
+    for data, expected in VECTORS[algorithm].items():
+        whole = new_hasher(algorithm)
+        whole.update(data)
+        assert whole.hexdigest() == expected
+        piecewise = new_hasher(algorithm)
+        for byte in data:
+            piecewise.update(bytes([byte]))
+        assert piecewise.hexdigest() == expected, "chunks hash as the whole"
+        path = tmp_path / f"{algorithm}-{len(data)}"
+        path.write_bytes(data)
+        assert hash_file(str(path), algorithm) == (expected, len(data))
+        assert len(expected) == HEX_DIGITS[algorithm]
+
+
+def test_one_read_gives_every_digest_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "abc"
+    path.write_bytes(b"abc")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        digests, read = hash_fd_many(fd, ALGORITHMS)
+    finally:
+        os.close(fd)
+    assert (digests, read) == ([VECTORS[algorithm][b"abc"] for algorithm in ALGORITHMS], 3)
+
+
+def test_a_queue_may_name_four_algorithms_and_older_options_any_of_hashlibs() -> None:
+    assert [check_queue_algorithm(name) for name in ALGORITHMS] == list(ALGORITHMS)
+    with pytest.raises(ValueError, match="unknown checksum algorithm 'crc32'; use one of md5, sha256, xxh128, adler32"):
+        check_queue_algorithm("crc32")
+    assert check_algorithm("sha1") == "sha1"
+    with pytest.raises(ValueError, match="unknown checksum algorithm 'nope'"):
+        check_algorithm("nope")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_queues_records_must_carry_its_algorithms_checksums(algorithm: str) -> None:
+    rules = QueueSettings("q", checksum=algorithm).rules
+    checksum = VECTORS[algorithm][b"abc"]
+    assert parse_line(f"/data/abc {checksum} 3", rules).checksum == checksum
+    other = "sha256" if algorithm != "sha256" else "adler32"
+    with pytest.raises(InvalidRecord, match=f"of this queue's {algorithm} checksums"):
+        parse_line(f"/data/abc {VECTORS[other][b'abc']} 3", rules)
+
+
+def test_a_hand_on_naming_another_algorithm_is_refused_by_name() -> None:
+    # md5 and xxh128 digests look alike (32 hex digits): only the name tells them apart.
+    rules = QueueSettings("q", checksum="xxh128").rules
+    line = '{"path": "/data/abc", "checksum": "900150983cd24fb0d6963f7d28e17f72", "size": 3, "algorithm": "md5"}'
+    with pytest.raises(InvalidRecord, match="checksum algorithm 'md5' is not this queue's: its checksums are xxh128"):
+        parse_line(line, rules)
+    assert parse_line(line.replace('"md5"', '"xxh128"'), rules).size == 3
+
+
+def test_a_custom_pattern_still_applies_with_the_queues_algorithm() -> None:
+    rules = QueueSettings("q", checksum="sha256", checksum_pattern="[0-9A-F]{64}").rules
+    assert rules.algorithm == "sha256"
+    assert parse_line(f"/d/a {'A' * 64} 1", rules).size == 1
