@@ -8,12 +8,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JAVA_PACKAGE := default-jre-headless
 COMMA := ,
 
-.PHONY: system-deps install install-test run test test-fast lint typecheck bench clean
+.PHONY: system-deps install install-test run test test-fast lint typecheck bench bench-deps clean
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
 # packages, each installed only when missing; the tests also get redis-cli (which creates their Redis Clusters),
-# Chromium and its chromedriver (the web console's browser tests), and systemd-nspawn with Debian's own Python
+# Chromium and its chromedriver (the web console's browser tests), lsyncd (bench/lsyncd.py's side-by-side), and
+# systemd-nspawn with Debian's own Python
 # venv (the units' tests boot systemd in a container, with dataq in a virtualenv there), which running dataq does
 # not need. policy-rc.d keeps apt from
 # starting a system-wide redis-server that nobody asked for.
@@ -26,6 +27,7 @@ system-deps:
 		[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
 		[ -x /usr/lib/systemd/systemd ] || missing="$$missing systemd"; \
 		command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
+		command -v lsyncd >/dev/null 2>&1 || missing="$$missing lsyncd"; \
 		/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	fi; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing $(JAVA_PACKAGE)"; \
@@ -86,6 +88,9 @@ typecheck:
 
 bench: install-test
 	$(BIN)/python bench/store.py
+
+# What the benchmarks compare against (lsyncd, rsync) comes with the test tools.
+bench-deps: install-test
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -243,6 +243,18 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
     def target(self, move: Move) -> str:
         return join(self.options.destination, move.relative)
 
+def common_root(moves: list[Move]) -> str | None:
+    """The directory beneath which every move's source is at its layout path (``ROOT/relative``), if they share
+    one; None otherwise."""
+    roots = set()
+    for move in moves:
+        path = os.path.abspath(move.record.path)
+        if not path.endswith(f"/{move.relative}"):
+            return None
+        roots.add(path[:len(path) - len(move.relative)])
+    return roots.pop() if len(roots) == 1 else None
+
+
 class _BatchMove:
     """Sending and verifying one batch (see the module docstring); fills ``outcomes`` for the records that fail."""
 
@@ -284,16 +296,20 @@ class _BatchMove:
 
     async def _send(self, indices: list[int], *, ignore_times: bool) -> set[str]:
         """Send the files of ``indices``; their names that rsync transferred and whose source did not change."""
-        tree, listing = os.path.join(self.work, "tree"), os.path.join(self.work, "send")
+        listing = os.path.join(self.work, "send")
         moves = [self.moves[index] for index in indices]
+        # Sources that already lie at their layout paths beneath one directory (the default layout, files of one
+        # directory) are sent from there; others from a tree of symlinks laid out as the destination will be.
+        tree = common_root(moves) or os.path.join(self.work, "tree")
 
         def stage() -> None:
-            shutil.rmtree(tree, ignore_errors=True)
-            for move in moves:
-                link = os.path.join(tree, move.relative)
-                os.makedirs(os.path.dirname(link), exist_ok=True)
-                if not os.path.lexists(link):  # the same data twice in a batch is sent once
-                    os.symlink(os.path.abspath(move.record.path), link)
+            if tree.startswith(self.work):
+                shutil.rmtree(tree, ignore_errors=True)
+                for move in moves:
+                    link = os.path.join(tree, move.relative)
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
+                    if not os.path.lexists(link):  # the same data twice in a batch is sent once
+                        os.symlink(os.path.abspath(move.record.path), link)
             write_list(listing, sorted({move.relative for move in moves}))
 
         await asyncio.to_thread(stage)

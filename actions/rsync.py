@@ -1,8 +1,9 @@
 """rsync as ``network_move`` runs it: destinations, one process per batch of files, and what its exit says.
 
 Two calls serve a batch. :func:`send` transfers a list of files (``--files-from``) from a staging tree of
-symlinks laid out as the destination will be, so one rsync names each file by its layout path, whatever its
-source is called, and says which files it transferred. :func:`remote_digests` is a dry-run fetch of a list of
+symlinks laid out as the destination will be (or from the sources' own directory, when they lie there at their
+layout paths already), so one rsync names each file by its layout path, whatever its source is called, and says
+which files it transferred. :func:`remote_digests` is a dry-run fetch of a list of
 paths from the destination into an empty directory with ``--checksum --checksum-choice=md5`` (or ``xxh128``):
 the far side reads each file it holds and reports its digest, while nothing is read on this side and no data
 moves. rsync offers no way to keep a connection across calls, so a batch costs one rsync process, and one more
@@ -185,9 +186,9 @@ def write_list(path: str, names: Sequence[str]) -> None:
 
 async def send(base: list[str], tree: str, listing: str, destination: str, *, mkpath: bool,
                ignore_times: bool) -> tuple[set[str], Completed]:
-    """Transfer the files ``listing`` names from the symlink tree ``tree`` to ``destination``, each to its path
-    there; the names of the files it transferred, and how it ended. Without ``ignore_times``, a file that is
-    there with the same size and time is not transferred.
+    """Transfer the files ``listing`` names from ``tree`` (a tree of symlinks, or the sources' own directory) to
+    ``destination``, each to its path there; the names of the files it transferred, and how it ended. Without
+    ``ignore_times``, a file that is there with the same size and time is not transferred.
 
     rsync checks each file it transfers end to end: the receiver computes the whole-file checksum of what it
     wrote and compares it with the sender's of what it read, and sends the file again (or fails) on a mismatch.

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -302,9 +302,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="records run at once per pop daemon")
     args = parser.parse_args()
     args.seconds = args.seconds or (10 if args.quick else 30)
+    run_cleanly(run(args))
+
+
+def run_cleanly(main: Coroutine[Any, Any, None]) -> None:
+    """Run a benchmark's ``main``; SIGTERM or Ctrl-C stops it, and the processes it started, cleanly."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill cleans up like Ctrl-C does
     try:
-        asyncio.run(run(args))
+        asyncio.run(main)
     except KeyboardInterrupt:
         raise SystemExit("interrupted; every process the bench started was stopped") from None
 

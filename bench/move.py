@@ -19,7 +19,19 @@ passes a record needs (1 for ``network_move``: its source; 2 for ``disk_store`` 
 copy read back from disk).
 
 A private redis-server (``appendfsync always``) in a temporary directory holds the queue. Run it:
-``.venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N]``
+``.venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N] [--concurrency N]``
+
+``--whole``: the whole path as a user meets it (``bench/whole_path.py``), with dataq's DEFAULT settings (its
+settings file names only the private Redis, the log, the push port and the action's destination): ``dataq push``
+and ``dataq pop`` (subprocesses, log level warning) are started and up, then the clock runs from the start of
+``dataq feed --config FILE --scan SRC`` (which hashes every file and pushes its record) until the queue's
+``done`` counter reaches the file count; against the same plain tools, same rounds, checks and table, the
+ceiling counting the feed's md5 pass too. ``--concurrency N`` adds a "tuned" column (``[pop] concurrency =
+N``, run in turn with the others); ``--checksum ALGO`` writes ``checksum = "ALGO"`` into the queue's table
+(md5, sha256, xxh128, adler32; a dataq without that key stops at its settings, as it should)::
+
+    .venv/bin/python bench/move.py --whole [--rounds N] [--only network_move|disk_store]
+    .venv/bin/python bench/move.py --whole --concurrency 256 [--checksum xxh128]
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,6 +64,24 @@ SMALL_BYTES = 20_000
 LARGE_BYTES = 30_000_000
 PUSHED_AT = 1404777600.0
 LOOPBACK = "127.0.0.1"
+POP_CONCURRENCY = 256
+
+
+S = TypeVar("S", bound="Scenario")
+
+
+async def in_rounds(scenarios: list[S], rounds: int, prefix: str,
+                    one: Callable[[S, Path, str, int], Awaitable[None]]) -> None:
+    """Run ``one(scenario, work directory, Redis URL, round)`` for every scenario, round after round, each in a
+    fresh directory, on one private redis-server (``appendfsync always``)."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=os.environ.get("BENCH_DIR")) as temp, \
+            EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as server:
+        for round_no in range(rounds):
+            for scenario in scenarios:
+                work = Path(temp) / f"{scenario.action}-{scenario.size}-{round_no}"
+                work.mkdir()
+                await one(scenario, work, server.url, round_no)
+                shutil.rmtree(work)
 
 
 @dataclass
@@ -63,13 +94,19 @@ class Scenario:
     dataq: list[float]
     md5sum: list[float]
 
+    def passes(self) -> int:
+        """md5 passes over the data a record needs: disk_store's verify hashes the copy read back too."""
+        return 2 if self.action == "disk_store" else 1
+
+    def ceiling(self, tool: float, md5sum: float) -> float:
+        return tool / (tool + self.passes() * md5sum / (os.cpu_count() or 1))
+
     def row(self) -> str:
         tool, dataq, md5sum = (statistics.median(values) for values in (self.tool, self.dataq, self.md5sum))
-        passes = 2 if self.action == "disk_store" else 1  # disk_store's verify hashes the copy read back too
-        ceiling = tool / (tool + passes * md5sum / (os.cpu_count() or 1))
         megabytes = self.count * self.size / 1e6
         return (f"| {self.action} | {self.label} | {self.count:,} | {megabytes:,.0f} | {tool:.2f} | {dataq:.2f} | "
-                f"**{tool / dataq:.2f}** | {ceiling:.2f} | {self.count / dataq:,.0f} | {megabytes / dataq:,.0f} |")
+                f"**{tool / dataq:.2f}** | {self.ceiling(tool, md5sum):.2f} | {self.count / dataq:,.0f} | "
+                f"{megabytes / dataq:,.0f} |")
 
 
 def make_files(directory: Path, count: int, size: int) -> list[Record]:
@@ -178,14 +215,16 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
 
 async def _both(scenario: Scenario, tool: Callable[[], float], dataq: Callable[[], Awaitable[float]],
                 round_no: int) -> None:
-    # Each starts with no dirty pages: the first one's writes, still in the page cache, would otherwise throttle
-    # the second one's (rsync's receiver writes without syncing).
-    for first in ((dataq, tool) if round_no % 2 else (tool, dataq)):
+    await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(tool)), (scenario.dataq, dataq)])
+
+
+async def in_turn(round_no: int, runs: list[tuple[list[float], Callable[[], Awaitable[float]]]]) -> None:
+    """Each run in order (reversed in odd rounds), its seconds appended to its list."""
+    # Each starts with no dirty pages: the one before's writes, still in the page cache, would otherwise throttle
+    # the next one's (rsync's receiver writes without syncing).
+    for times, run in runs[::-1] if round_no % 2 else runs:
         await asyncio.to_thread(timed, ["sync"])
-        if first is dataq:
-            scenario.dataq.append(await dataq())
-        else:
-            scenario.tool.append(await asyncio.to_thread(tool))
+        times.append(await run())
 
 
 def version_of_rsync() -> str:
@@ -199,23 +238,28 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--small", type=int, default=1000)
     parser.add_argument("--large", type=int, default=10)
-    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="the pop daemon's (default 256); with --whole: a tuned column at this concurrency")
+    parser.add_argument("--whole", action="store_true", help="the whole path, feed --scan to done, dataq's defaults")
+    parser.add_argument("--checksum", metavar="ALGO", help="with --whole: checksum = ALGO in the queue's table")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.small, args.large = 1, 300, 4
     actions = [args.only] if args.only else ["network_move", "disk_store"]
+    if args.whole:
+        from bench.whole_path import run_whole  # it imports this module's helpers
+
+        await run_whole(args, actions)
+        return
+    if args.checksum:
+        parser.error("--checksum goes with --whole")
+    args.concurrency = args.concurrency or POP_CONCURRENCY
     scenarios = [Scenario(action, label, count, size, [], [], [])
                  for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
                                                                   ("large files", args.large, LARGE_BYTES))]
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="dataq-bench-move-", dir=os.environ.get("BENCH_DIR")) as temp, \
-            EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as server:
-        for round_no in range(args.rounds):
-            for scenario in scenarios:
-                work = Path(temp) / f"{scenario.action}-{scenario.size}-{round_no}"
-                work.mkdir()
-                await one_round(scenario, work, server.url, args.concurrency, round_no)
-                shutil.rmtree(work)
+    await in_rounds(scenarios, args.rounds, "dataq-bench-move-",
+                    lambda scenario, work, url, round_no: one_round(scenario, work, url, args.concurrency, round_no))
     rsync_version = await asyncio.to_thread(version_of_rsync)
     print(f"dataq move benchmark: {args.rounds} round(s), medians; pop concurrency {args.concurrency}; "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
@@ -226,7 +270,8 @@ async def main() -> None:
     for scenario in scenarios:
         print(scenario.row())
     print()
-    print("rerun: .venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N]")
+    print("rerun: .venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N] "
+          "[--concurrency N]; the whole path: --whole")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,7 @@ import click
 
 from dataq.cli.options import EXIT_CONFIG, EXIT_FAILURE, config_option, load_or_exit, queue_option
 from dataq.config import Settings
-from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, StoreUnavailable
-from dataq.store import QueueStore
 
 if TYPE_CHECKING:
     from dataq.actions.archive.compaction import Compacted
@@ -141,6 +139,8 @@ async def _compact(spark: Any, settings: Settings, queue_name: str | None, optio
                    dates: list[str] | None, grace: float) -> tuple[list[Compacted], int]:
     from dataq.actions.archive.compaction import DEFAULT_MIN_FILES, compact
     from dataq.actions.archive.ingest import LEASE_NAME
+    from dataq.embedded.locate import resolve_redis
+    from dataq.store import QueueStore
 
     queue = settings.queue(queue_name)
     url = resolve_redis(settings).url

@@ -21,7 +21,7 @@ from dataq.cli.options import (
 from dataq.config import MAX_PORT, Settings, describe_source, load_settings
 from dataq.errors import ConfigError, DataqError
 from dataq.logs import configure_logging, get_logger
-from dataq.ops.crash import SEND_TIMEOUT
+from dataq.runtime.systemd import ONESHOT_SEND_TIMEOUT
 
 log = get_logger()
 
@@ -206,7 +206,7 @@ def units(config_path: str | None, daemon: str | None, output_dirs: tuple[str, .
 
 @main.command("notify-crash")
 @config_option
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=SEND_TIMEOUT, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=ONESHOT_SEND_TIMEOUT, show_default=True,
               help="Seconds to keep trying to send.")
 @click.argument("unit")
 def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:

@@ -41,6 +41,8 @@ LOG_FILE_ENCODING = "utf-8"
 HANDLER_NAME_PREFIX = "dataq."
 CONSOLE_HANDLER_NAME = HANDLER_NAME_PREFIX + "console"
 FILE_HANDLER_NAME = HANDLER_NAME_PREFIX + "file"
+RENDERED_KEY = "_dataq_rendered"
+"""Where a record keeps its rendering, and the formatter that made it."""
 
 
 def configure_logging(
@@ -80,7 +82,9 @@ def configure_logging(
     console = logging.StreamHandler(stream)
     console.set_name(CONSOLE_HANDLER_NAME)
     use_console_renderer = fmt == "console" or (fmt == "auto" and _isatty(stream))
-    console.setFormatter(_formatter(shared, json=not use_console_renderer, colors=_isatty(stream)))
+    # One JSON formatter for stderr and the file: each event is rendered once, not once per handler.
+    json_lines = _formatter(shared, json=True, colors=False)
+    console.setFormatter(_formatter(shared, json=False, colors=_isatty(stream)) if use_console_renderer else json_lines)
     root.addHandler(console)
 
     if log_dir is not None:
@@ -93,7 +97,7 @@ def configure_logging(
             get_logger().warning("cannot write the log file; logging to stderr only", path=str(path), error=str(exc))
         else:
             file_handler.set_name(FILE_HANDLER_NAME)
-            file_handler.setFormatter(_formatter(shared, json=True, colors=False))
+            file_handler.setFormatter(json_lines)
             root.addHandler(file_handler)
 
 
@@ -119,6 +123,18 @@ def _shared_processors(component: str) -> list[Processor]:
     ]
 
 
+class _RenderedOnce(structlog.stdlib.ProcessorFormatter):
+    """A formatter that renders a record once however many handlers use it (a daemon's stderr and its file)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        rendered = record.__dict__.get(RENDERED_KEY)
+        if rendered is not None and rendered[0] is self:
+            return str(rendered[1])
+        text = super().format(record)  # renders a copy of the record: this one keeps its fields
+        record.__dict__[RENDERED_KEY] = (self, text)
+        return text
+
+
 def _formatter(shared: list[Processor], *, json: bool, colors: bool) -> structlog.stdlib.ProcessorFormatter:
     renderer: list[Processor]
     if json:
@@ -126,7 +142,7 @@ def _formatter(shared: list[Processor], *, json: bool, colors: bool) -> structlo
     else:
         # The console renderer formats exceptions itself, so format_exc_info must not run before it.
         renderer = [structlog.dev.ConsoleRenderer(colors=colors)]
-    return structlog.stdlib.ProcessorFormatter(
+    return _RenderedOnce(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
         foreign_pre_chain=shared,
     )

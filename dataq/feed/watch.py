@@ -21,10 +21,11 @@ import asyncio
 import contextlib
 import fnmatch
 import os
+import re
 import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asyncinotify import Event, Inotify, Mask
 
@@ -64,9 +65,11 @@ class WatchOptions:
     poll: float | None = None
     """Seconds between listings, for file systems without inotify events; None: inotify."""
     settle: float = DEFAULT_SETTLE
+    _chooser: _Chooser = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", os.path.abspath(self.root))
+        object.__setattr__(self, "_chooser", _Chooser(self))
         if self.poll is not None and not self.poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, got {self.poll}")
         if not self.settle >= 0:
@@ -74,21 +77,41 @@ class WatchOptions:
 
     def wanted(self, path: str) -> bool:
         """Whether the file at ``path`` (beneath the root) is to be fed."""
-        relative = os.path.relpath(path, self.root)
-        name = os.path.basename(path)
-        if any(_matches(glob, relative, name) for glob in self.exclude):
-            return False
-        if self.include:
-            return any(_matches(glob, relative, name) for glob in self.include)
-        return not any(_matches(glob, relative, name) for glob in DEFAULT_EXCLUDES)
+        prefix = self.root.rstrip("/") + "/"
+        relative = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, self.root)
+        return self._chooser.wanted(relative, os.path.basename(path))
 
     def enters(self, directory: str) -> bool:
         """Whether the directory at ``directory`` (beneath the root) is watched too."""
         return self.recursive and not os.path.basename(directory).startswith(".")
 
 
-def _matches(glob: str, relative: str, name: str) -> bool:
-    return fnmatch.fnmatchcase(relative if "/" in glob else name, glob)
+class _Chooser:
+    """The globs of :class:`WatchOptions` compiled once into one pattern per kind (every event is asked)."""
+
+    def __init__(self, options: WatchOptions) -> None:
+        self.exclude = _Globs(options.exclude)
+        self.include = _Globs(options.include) if options.include else _Globs(DEFAULT_EXCLUDES)
+        self.included = bool(options.include)
+
+    def wanted(self, relative: str, name: str) -> bool:
+        if self.exclude.match(relative, name):
+            return False
+        return self.include.match(relative, name) == self.included
+
+
+class _Globs:
+    """Globs as two patterns: those with a ``/`` match the path beneath the root, the others the name."""
+
+    def __init__(self, globs: Iterable[str]) -> None:
+        by_path = [fnmatch.translate(glob) for glob in globs if "/" in glob]
+        by_name = [fnmatch.translate(glob) for glob in globs if "/" not in glob]
+        self.path = re.compile("|".join(by_path)) if by_path else None
+        self.name = re.compile("|".join(by_name)) if by_name else None
+
+    def match(self, relative: str, name: str) -> bool:
+        return bool((self.name is not None and self.name.match(name))
+                    or (self.path is not None and self.path.match(relative)))
 
 
 def list_tree(options: WatchOptions, top: str | None = None) -> dict[str, Observed]:

@@ -15,9 +15,9 @@ from dataq.config import MailSettings, Settings
 from dataq.logs import get_logger
 from dataq.ops.mail import MailNotifier
 from dataq.ops.notices import Notice, crashed_notice
-from dataq.runtime.systemd import unescape_instance
+from dataq.runtime.systemd import ONESHOT_SEND_TIMEOUT, unescape_instance
 
-SEND_TIMEOUT = 60.0
+SEND_TIMEOUT = ONESHOT_SEND_TIMEOUT
 """Seconds spent trying to deliver (with retries), within the 90 s systemd gives a oneshot unit by default."""
 RETRY_INITIAL, RETRY_CAP = 2.0, 15.0
 """Quicker retries than a daemon's: this process has a minute, not a lifetime."""

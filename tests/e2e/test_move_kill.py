@@ -63,9 +63,14 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
             await store.push_batch(records, source="test")
             first = PopProcess(config)
             started.append(first)
+            work_dirs = os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{first.pid}-*")
             worker = await first.registered(store)
-            await eventually(lambda: asyncio.sleep(0, result=bool(daemon.received())), timeout=30.0,
-                             what="the first file of a batch to arrive")
+
+            def mid_batch() -> bool:
+                return bool(daemon.received()) and bool(glob.glob(work_dirs))
+
+            await eventually(lambda: asyncio.sleep(0, result=mid_batch()), timeout=30.0,
+                             what="a file of a batch to arrive while another batch is being sent")
             held = await store.processing(worker)
             first.kill()
             # Held: running, or done and waiting to be settled; at most twice what runs at once.
@@ -77,7 +82,7 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
             await eventually(lambda: asyncio.sleep(0, result=not any(map(running, started_rsyncs))),
                              timeout=10.0, what="the killed daemon's rsync processes to die with it")
 
-            left = glob.glob(os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{first.pid}-*"))
+            left = glob.glob(work_dirs)
             assert left, "the killed daemon left the work directory of its batch"
             second = PopProcess(config)
             started.append(second)

@@ -61,6 +61,8 @@ async def test_a_batch_of_new_files_costs_one_rsync_verified_end_to_end(daemon: 
                    batch_size=BATCH, batch_age=60.0)
     assert await run_all(action, records) == [None] * BATCH
     assert len(calls.read_text().splitlines()) == 1, "rsync checks what it sent; nothing else reads the files"
+    # The sources lie at their layout paths ({name}) beneath their directory: sent from there, no symlink tree.
+    assert f" -- {tmp_path / 'mountain'}/ " in calls.read_text()
     assert sorted(daemon.received()) == [Path(record.path).name for record in records]
     for record in records:
         assert md5((valley / Path(record.path).name).read_bytes()) == record.checksum
@@ -69,6 +71,19 @@ async def test_a_batch_of_new_files_costs_one_rsync_verified_end_to_end(daemon: 
     await again.run(records[0])  # there already: not sent, checked where it is
     assert len(calls.read_text().splitlines()) == 3 and "--dry-run" in calls.read_text().splitlines()[2]
     assert len(daemon.received()) == BATCH
+
+
+async def test_sources_not_at_their_layout_paths_are_sent_from_a_tree_laid_out_as_the_destination(
+        daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:
+    records = files(tmp_path / "mountain", 3)
+    program, calls = recording_rsync(tmp_path)
+    action = build("network_move", tmp_path, destination=daemon.url("valley"), rsync=str(program),
+                   layout="night/{name}", batch_size=3, batch_age=60.0)
+    assert await run_all(action, records) == [None] * 3
+    (call,) = calls.read_text().splitlines()
+    assert f" -- {tmp_path / 'mountain'}/ " not in call and "/tree/ " in call
+    for record in records:
+        assert md5((valley / "night" / Path(record.path).name).read_bytes()) == record.checksum
 
 
 async def test_one_bad_record_of_a_batch_fails_alone(daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:

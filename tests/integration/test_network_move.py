@@ -34,6 +34,7 @@ from tests.actions_support import (
     make_file,
     md5,
 )
+from tests.checksum_vectors import VECTORS
 from tests.push_support import QUEUE, Certs, RunningPush, push_settings, start_push
 
 DATA = b"dome flat " * 5000
@@ -61,9 +62,10 @@ async def next_queue(redis_url: str) -> AsyncIterator[QueueStore]:
     await store.close()
 
 
-def make_action(tmp_path: Path, site: str = "", **options: Any) -> NetworkMoveAction:
+def make_action(tmp_path: Path, site: str = "", checksum: str = "md5", **options: Any) -> NetworkMoveAction:
     """The action as the pop daemon builds it: through the registry, from a queue's options table."""
-    queue = QueueSettings("transfer", actions=("network_move",), action_options={"network_move": options})
+    queue = QueueSettings("transfer", actions=("network_move",), action_options={"network_move": options},
+                          checksum=checksum)
     (action,) = load_actions(action_context(queue, site=site))
     assert isinstance(action, NetworkMoveAction)
     return action
@@ -389,6 +391,24 @@ async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_na
     if spooled:
         status = read_spool_status(str(tmp_path / "handon"))
         assert (status.pending, status.refused) == (0, 0)
+
+
+async def test_an_xxh128_record_is_never_handed_to_a_site_older_than_algorithm_names(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path) -> None:
+    record = replace(make_file(source, "abc.fits", b"abc"), checksum=VECTORS["xxh128"][b"abc"])
+    peer = OlderPeer()
+    server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
+    site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+    action = make_action(tmp_path, site="mountain", checksum="xxh128", **hand_on_options(daemon, site))
+    await action.start()
+    try:
+        with pytest.raises(ActionError, match="older than checksum algorithms: it cannot take xxh128 checksums"):
+            await action.run(record)
+    finally:
+        await action.close()
+        server.close()
+        await server.wait_closed()
+    assert all(line.startswith(b"{") for line in peer.lines), "never sent in the plain form, as if md5"
 
 
 async def test_a_full_custody_makes_hand_ons_wait_as_for_an_outage(

@@ -1,0 +1,432 @@
+"""dataq with its default settings against lsyncd 2.2 (``delay = 1``), side by side on one machine, as ratios.
+
+Both send to one ``rsync --daemon`` on loopback, each into its own subdirectory of one module, from a source
+directory of its own; they never run at the same time. Per round and workload, each system gets a fresh source
+directory, a fresh destination directory and a fresh start:
+
+* **lsyncd** (``settings{nodaemon = true}``, ``sync{default.rsync, source = SRC, target = "rsync://.../m/lsyncd/RUN/",
+  delay = 1, rsync = {binary = ...}}``: otherwise lsyncd's defaults);
+* **dataq defaults**: ``dataq run`` (push and pop daemons, web console) and ``dataq feed --watch SRC``, as
+  subprocesses, on a private redis-server (``appendfsync always``, as dataq's embedded one) on a free loopback
+  port. The settings give only what must be given: the queue's ``actions = ["network_move"]`` and its
+  ``destination``, the Redis URL, directories, and free ports (push; web and metrics ephemeral) so nothing else on
+  the host is touched. Layout ``{name}``, ``verify`` on, ``[pop] concurrency`` 4: the defaults. ``--concurrency N``
+  adds a column "dataq concurrency N" (tuned): ``[pop] concurrency = N``, nothing else changed.
+
+Each system first moves a warm-up file (so its watches are up). Then, after a ``sync``:
+
+* **trickle**: 100 files of 100 KB written at 10 files/s, each written whole and closed (no temporary name); a
+  file's latency is its close -> its arrival at the destination, seen by inotify on the destination directory
+  (``IN_CLOSE_WRITE | IN_MOVED_TO``: rsync writes a hidden temporary file and renames it) with the expected size.
+  p50 and p99 (nearest rank) in ms.
+* **burst**: ``--burst`` files of 20 KB (1,000 by default) written as fast as possible: the first file's close ->
+  the last file's arrival; for dataq, -> the later of that and the queue's ``done`` counter reaching every record
+  (polled every 5 ms), in seconds. Two more rows: the burst to its last arrival alone
+  (for dataq, without "done"), and how long writing it took (the writer shares the CPUs with the system).
+
+After each run every file at the destination must be the source's bytes (md5) and nothing else be there, and no
+dataq record may be inactive, active or in flight. Rounds (``--rounds``) rotate which system goes first; the
+table gives medians, and ratio = lsyncd / dataq (above 1: dataq is faster). Every process started is stopped
+(process groups, SIGTERM then SIGKILL) on success, error, SIGTERM or Ctrl-C.
+
+    .venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--json]
+
+lsyncd must be installed: ``make bench-deps``, or ``apt-get install --no-install-recommends lsyncd``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asyncinotify import Inotify, Mask
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.e2e import load, percentile, run_cleanly
+from bench.move import version_of_rsync
+from dataq.config import PopSettings
+from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.store import QueueStore
+from testbed.rsync import RsyncDaemon
+from testbed.settings_file import write_tables
+
+TRICKLE_FILES, TRICKLE_BYTES, TRICKLE_RATE = 100, 100_000, 10.0
+BURST_BYTES = 20_000
+WARMUP = "warmup.bin"
+MODULE = "m"
+READY_TIMEOUT = 120.0
+RUN_TIMEOUT = 1800.0
+STOP_TIMEOUT = 60.0
+POLL = 0.005
+ODD_COUNTERS = {"failed", "duplicate", "orphaned", "reclaimed", "deactivated"}
+"""Counters of a queue that should stay at 0 in these runs; reported below the table if not."""
+DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
+RERUN = ".venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--json]"
+LSYNCD_CONFIG = """settings {{
+    nodaemon = true,
+    logfile = {log},
+    statusFile = {status},
+}}
+sync {{
+    default.rsync,
+    source = {source},
+    target = {target},
+    delay = 1,
+    rsync = {{ binary = {rsync} }},
+}}
+"""
+
+
+@dataclass
+class System:
+    label: str
+    concurrency: int | None = None  # None: lsyncd
+    lsyncd: bool = False
+    results: dict[str, list[float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "lsyncd" if self.lsyncd else f"dataq{self.concurrency or ''}"
+
+    def add(self, row: str, value: float) -> None:
+        self.results.setdefault(row, []).append(value)
+
+
+class Arrivals:
+    """When each expected name becomes a file of its expected size in ``directory`` (inotify, monotonic time)."""
+
+    def __init__(self, directory: Path, sizes: dict[str, int]) -> None:
+        self.directory, self.sizes = directory, sizes
+        self.at: dict[str, float] = {}
+        self.overflowed = False
+        self._inotify = Inotify()
+        self._inotify.add_watch(directory, Mask.CLOSE_WRITE | Mask.MOVED_TO)
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for event in self._inotify:
+            now = time.monotonic()
+            self.overflowed |= Mask.Q_OVERFLOW in event.mask
+            name = str(event.name) if event.name is not None else ""
+            if name in self.sizes and name not in self.at:
+                with contextlib.suppress(OSError):
+                    if os.stat(self.directory / name).st_size == self.sizes[name]:
+                        self.at[name] = now
+
+    def have(self, names: list[str]) -> bool:
+        if self.overflowed:
+            raise SystemExit("the inotify queue overflowed: raise fs.inotify.max_queued_events")
+        if self._task.done():
+            self._task.result()  # its error, if any
+        return all(name in self.at for name in names)
+
+    def close(self) -> None:
+        self._task.cancel()
+        self._inotify.close()
+
+
+def spawn(argv: list[str], stderr: Path) -> subprocess.Popen[bytes]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DATAQ_")}
+    with open(stderr, "wb") as err:  # its own session: Ctrl-C reaches the bench, which stops it
+        return subprocess.Popen(argv, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to its process group (lsyncd's rsyncs, ...); SIGKILL to the group after STOP_TIMEOUT. Under
+    BENCH_PROFILE, SIGINT: py-spy writes its samples then, and dataq stops on it as on SIGTERM."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT if os.environ.get("BENCH_PROFILE") else signal.SIGTERM)
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+async def until(condition: Callable[[], Awaitable[bool]], within: float, what: str,
+                processes: list[subprocess.Popen[bytes]]) -> float:
+    """Poll ``condition`` every POLL s; the monotonic time it first held. SystemExit if a process exits first."""
+    deadline = time.monotonic() + within
+    while not await condition():
+        if dead := [p for p in processes if p.poll() is not None]:
+            raise SystemExit(f"{dead[0].args!r} exited with {dead[0].returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {within:.0f} s waiting for {what}")
+        await asyncio.sleep(POLL)
+    return time.monotonic()
+
+
+@contextlib.asynccontextmanager
+async def run_lsyncd(home: Path, source: Path, target: str) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    lua = {key: json.dumps(str(value)) for key, value in (
+        ("log", home / "lsyncd.log"), ("status", home / "lsyncd.status"), ("source", source),
+        ("target", target + "/"), ("rsync", shutil.which("rsync")))}
+    config = home / "lsyncd.lua"
+    config.write_text(LSYNCD_CONFIG.format(**lua))
+    process = spawn(["lsyncd", str(config)], home / "lsyncd.stderr")
+    try:
+        yield [process]
+    finally:
+        stop(process)
+
+
+@contextlib.asynccontextmanager
+async def run_dataq(home: Path, source: Path, destination: str, redis_url: str, queue: str,
+                    concurrency: int | None) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    tables: dict[str, dict[str, Any]] = {
+        "redis": {"url": redis_url}, "log": {"dir": str(home / "log")}, "push": {"port": free_port()},
+        "metrics": {"push_port": 0, "pop_port": 0}, "web": {"port": 0},
+        **({"pop": {"concurrency": concurrency}} if concurrency else {}),
+        f"queues.{queue}": {"actions": ["network_move"]},
+        f"queues.{queue}.network_move": {"destination": destination},
+    }
+    config = str(write_tables(home / "dataq.toml", home / "data", tables))
+    processes: list[subprocess.Popen[bytes]] = []
+    profiled = os.environ.get("BENCH_PROFILE")
+
+    def command(name: str, *args: str) -> list[str]:
+        # BENCH_PROFILE=DIR: each dataq process under py-spy, its samples (collapsed stacks) in DIR/NAME.txt.
+        if not profiled:
+            return [*DATAQ, *args]
+        return ["py-spy", "record", "--subprocesses", "-r", "500", "-f", "raw",
+                "-o", f"{profiled}/{home.parent.name}-{name}.txt", "--", *DATAQ, *args]
+
+    try:
+        processes.append(spawn(command("run", "run", "--config", config), home / "run.stderr"))
+        processes.append(spawn(command("feed", "feed", "--config", config, "--watch", str(source)),
+                               home / "feed.stderr"))
+        yield processes
+    finally:
+        for process in reversed(processes):  # the feeder first, then the suite (it stops its daemons)
+            stop(process)
+
+
+def tree_cpu(leaders: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's: rsync clients) of ``leaders`` and every process
+    descended from them, by dataq command (or program) name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    seconds: dict[int, float] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+            words = [w.decode(errors="replace") for w in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if w]
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        names[pid] = next((w for w in words if w in ("run", "push", "pop", "web", "feed")),
+                          os.path.basename(words[0]) if words else "?")
+        seconds[pid] = sum(int(value) for value in fields[11:15]) / tick
+    roots = {process.pid for process in leaders}
+    used: dict[str, float] = {}
+    for pid, own in seconds.items():
+        ancestor = pid
+        while ancestor not in roots and ancestor > 1:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor in roots:
+            used[names[pid]] = used.get(names[pid], 0.0) + own
+    return used
+
+
+def write_files(directory: Path, files: dict[str, bytes], rate: float | None) -> list[float]:
+    """Each file written whole and closed, at ``rate`` files/s or as fast as possible: the close times."""
+    closes = []
+    began = time.monotonic()
+    for n, (name, data) in enumerate(files.items()):
+        if rate is not None:
+            time.sleep(max(0.0, began + n / rate - time.monotonic()))
+        with open(directory / name, "wb") as out:
+            out.write(data)
+        closes.append(time.monotonic())
+    return closes
+
+
+def check_destination(directory: Path, files: dict[str, bytes]) -> None:
+    found = {path.name for path in directory.iterdir()}
+    if found != set(files):
+        raise SystemExit(f"{directory}: {len(set(files) - found)} file(s) missing, unexpected: "
+                         f"{sorted(found - set(files))[:5]}")
+    for name, data in files.items():
+        if hashlib.md5((directory / name).read_bytes()).digest() != hashlib.md5(data).digest():
+            raise SystemExit(f"{directory / name} is not the source's bytes")
+
+
+async def one_run(system: System, workload: str, count: int, work: Path, rsyncd: RsyncDaemon, redis_url: str,
+                  run: str) -> None:
+    home, source, destination = (work / run / system.kind, work / "src" / run / system.kind,
+                                 work / "dest" / system.kind / run)
+    for directory in (home, source, destination):
+        directory.mkdir(parents=True)
+    size, rate = (TRICKLE_BYTES, TRICKLE_RATE) if workload == "trickle" else (BURST_BYTES, None)
+    files = {f"{workload}{n:05d}.fits": os.urandom(size) for n in range(count)}
+    everything = {WARMUP: os.urandom(size), **files}
+    arrivals = Arrivals(destination, {name: len(data) for name, data in everything.items()})
+    url = rsyncd.url(MODULE, f"{system.kind}/{run}")
+    queue = f"{run}{system.kind}".replace("-", "")
+    store = None if system.lsyncd else QueueStore.from_url(redis_url, queue)
+
+    async def done(records: int) -> bool:
+        if store is None:
+            return True
+        counters = await store.counters()
+        if counters.get("deactivated", 0):
+            raise SystemExit(f"{system.label}: records went inactive: {await store.summary()}")
+        return counters.get("done", 0) >= records
+
+    started = (run_lsyncd(home, source, url) if system.lsyncd else
+               run_dataq(home, source, url, redis_url, queue, system.concurrency))
+    try:
+        async with started as processes:
+            (source / WARMUP).write_bytes(everything[WARMUP])
+
+            async def warm() -> bool:
+                return arrivals.have([WARMUP]) and await done(1)
+
+            await until(warm, READY_TIMEOUT, f"{system.label}'s warm-up file", processes)
+            await asyncio.to_thread(subprocess.run, ["sync"], check=True)
+            cpu_before = tree_cpu(processes)
+            closes = await asyncio.to_thread(write_files, source, files, rate)
+
+            async def arrived() -> bool:
+                return arrivals.have(list(files))
+
+            await until(arrived, RUN_TIMEOUT, f"{system.label}'s {workload} files to arrive", processes)
+            settled = await until(lambda: done(len(everything)), RUN_TIMEOUT, f"{system.label}'s records done",
+                                  processes) if store is not None else 0.0
+            cpu = {name: seconds - cpu_before.get(name, 0.0) for name, seconds in tree_cpu(processes).items()}
+            system.notes.append(f"{run}: CPU s of its processes: "
+                                + ", ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(cpu.items())))
+            if store is not None:
+                summary = await store.summary()
+                if summary.inactive or summary.active or summary.in_flight or summary.delayed:
+                    raise SystemExit(f"{system.label}: records left over: {summary}")
+                odd = {k: v for k, v in summary.counters.items() if k in ODD_COUNTERS and v}
+                if odd or summary.counters.get("done") != len(everything):
+                    system.notes.append(f"{run}: done {summary.counters.get('done')} of {len(everything)}, {odd}")
+    finally:
+        arrivals.close()
+        if store is not None:
+            await store.close()
+    if workload == "trickle":
+        latencies = sorted(arrivals.at[name] - close for name, close in zip(files, closes, strict=True))
+        system.add("trickle p50", percentile(latencies, 50) * 1000)
+        system.add("trickle p99", percentile(latencies, 99) * 1000)
+    else:
+        system.add("burst arrived", max(arrivals.at.values()) - closes[0])
+        system.add("burst written", closes[-1] - closes[0])
+        system.add("burst", max(settled, *arrivals.at.values()) - closes[0])
+    await asyncio.to_thread(check_destination, destination, everything)
+    shutil.rmtree(source)
+    shutil.rmtree(destination)
+
+
+def versions() -> str:
+    lsyncd = subprocess.run(["lsyncd", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
+    return f"lsyncd {lsyncd.split()[-1]}; {' '.join(version_of_rsync().split())}; redis-server {redis.split()[2][2:]}"
+
+
+def report(args: argparse.Namespace, systems: list[System], load_before: str) -> None:
+    rows = [("trickle p50", f"trickle p50 ({TRICKLE_FILES} x {TRICKLE_BYTES // 1000} KB at {TRICKLE_RATE:g}/s), ms"),
+            ("trickle p99", "trickle p99, ms"), ("burst", f"burst ({args.burst:,} x {BURST_BYTES // 1000} KB), s"),
+            ("burst arrived", "burst, to the last arrival only (no done), s"),
+            ("burst written", "burst, first close -> last close (the writer, slowed by the system), s")]
+    medians = {s.label: {row: statistics.median(s.results[row]) for row, _ in rows if row in s.results}
+               for s in systems}
+    lsyncd, dataqs = systems[0], systems[1:]
+    if args.json or args.only or len(args.workloads) < 2:
+        print(json.dumps({"rounds": args.rounds, "burst": args.burst, "concurrency": args.concurrency,
+                          "medians": medians,
+                          "values": {s.label: s.results for s in systems},
+                          "notes": {s.label: s.notes for s in dataqs}}, indent=2))
+        return
+    print(f"dataq vs lsyncd: {args.rounds} round(s), medians; {os.cpu_count()} CPUs, Linux {platform.release()}, "
+          f"Python {platform.python_version()}; {versions()}")
+    print(f"load average (1, 5, 15 min): {load_before} before, {load()} after (other work on the host skews times)")
+    print("dataq: `dataq run` + `dataq feed --watch SRC`, settings: the queue's actions and destination only "
+          "(and Redis URL, directories, free ports)")
+    print("ratio = lsyncd / dataq (above 1: dataq is faster)\n")
+    header = f"| work | {lsyncd.label} |" + "".join(f" {s.label} | ratio |" for s in dataqs)
+    print(header)
+    print("| --- |" + " ---: |" * (header.count("|") - 2))
+    for row, title in rows:
+        scale = "{:,.2f}" if row.startswith("burst") else "{:,.0f}"
+        base = medians[lsyncd.label][row]
+        cells = "".join(f" {scale.format(medians[s.label][row])} | **{base / medians[s.label][row]:.2f}** |"
+                        for s in dataqs)
+        print(f"| {title} | {scale.format(base)} |{cells}")
+    for system in dataqs:
+        for note in system.notes:
+            print(f"note: {system.label}, {note}")
+    print(f"\nrerun: {RERUN}")
+
+
+async def run(args: argparse.Namespace) -> None:
+    load_before = load()
+    default = PopSettings().concurrency
+    systems = [System("lsyncd delay 1 s", lsyncd=True), System(f"dataq defaults (concurrency {default})")]
+    if args.concurrency:
+        systems.append(System(f"dataq concurrency {args.concurrency}", concurrency=args.concurrency))
+    with tempfile.TemporaryDirectory(prefix="dataq-bench-lsyncd-", dir=os.environ.get("BENCH_DIR")) as temp, \
+            EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as redis:
+        work = Path(temp)
+        rsyncd = RsyncDaemon(work / "rsyncd", {MODULE: work / "dest"})
+        rsyncd.start()
+        try:
+            for round_no in range(args.rounds):
+                for workload, count in (("trickle", TRICKLE_FILES), ("burst", args.burst)):
+                    if workload not in args.workloads:
+                        continue
+                    shift = round_no % len(systems)
+                    for system in systems[shift:] + systems[:shift]:
+                        if args.only and args.only not in system.label:
+                            continue
+                        print(f"round {round_no + 1}: {workload}, {system.label} ...", file=sys.stderr)
+                        await one_run(system, workload, count, work, rsyncd, redis.url, f"r{round_no}{workload}")
+        finally:
+            rsyncd.stop()
+    report(args, systems, load_before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--burst", type=int, default=1000, help="files of the burst (default 1,000)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds; the table gives medians (default 1)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="also run dataq with this [pop] concurrency (a 'tuned' column)")
+    parser.add_argument("--json", action="store_true", help="print the medians and every value as JSON")
+    parser.add_argument("--workloads", nargs="+", choices=("trickle", "burst"), default=("trickle", "burst"),
+                        help="the workloads to run (default both)")
+    parser.add_argument("--only", default="", help="run only the systems whose label holds this (e.g. dataq): "
+                        "for profiling; the table then needs every system")
+    args = parser.parse_args()
+    if shutil.which("lsyncd") is None:
+        raise SystemExit("lsyncd is not installed: run `make bench-deps`, or "
+                         "`apt-get install -y --no-install-recommends lsyncd`")
+    run_cleanly(run(args))
+
+
+if __name__ == "__main__":
+    main()

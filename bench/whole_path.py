@@ -1,0 +1,237 @@
+"""The whole path of a file move as a user meets it, for ``bench/move.py --whole`` (see its docstring).
+
+Per scenario and round: a fresh directory of files (``bench.move.make_files``), ``md5sum`` of them, then in
+alternating order, each after a ``sync``: the plain tool; dataq with its default settings; and, with
+``--concurrency N``, dataq with ``[pop] concurrency = N`` (the "tuned" column). A dataq run writes one settings
+file (``testbed.settings_file``) for a queue of its own: the private Redis, the log (level warning, in the work
+directory), the push daemon's loopback port, metrics on free ports, the queue's action and its destination (and
+``checksum = ALGO`` with ``--checksum``), nothing else. It starts ``dataq push`` and ``dataq pop`` on it
+(``bench.e2e.spawn``) and waits until the push daemon accepts connections and the pop daemon listens on the
+queue's work channel; then the clock starts, ``dataq feed --config FILE --scan SRC`` runs (it hashes every file
+and sends its records to the push daemon), and the clock stops when the queue's ``done`` counter reaches the file count
+(polled every 5 ms; a record inactive, a daemon exiting or the feed failing ends the bench). The feed must then
+report every record pushed, and every file must be at its destination, intact. ``feed exited s``: when the feed
+exited (every record answered ``Pushed``), on the same clock, in the default run.
+
+``ceiling`` = tool / (tool + k * md5sum / CPUs), k the hash passes the whole path needs: the feed's, plus 1 for
+``network_move`` (its read of the source) or 2 for ``disk_store`` (the copy, and the copy read back); it times
+``md5sum`` whatever ``--checksum`` says. With ``--checksum`` other than md5 the stored files, named by that
+checksum, are found by their content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.e2e import spawn, stop_all
+from bench.move import (
+    LARGE_BYTES,
+    LOOPBACK,
+    SMALL_BYTES,
+    Scenario,
+    check_arrived,
+    in_rounds,
+    in_turn,
+    make_files,
+    timed,
+    version_of_rsync,
+)
+from bench.pop import RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
+from bench.push import dataq_command
+from dataq.config.schema import PopSettings
+from dataq.embedded.redis_server import free_port
+from dataq.record import Record
+from dataq.store import QueueStore
+from testbed.rsync import RsyncDaemon
+from testbed.settings_file import write_tables
+
+DEFAULT_CONCURRENCY = PopSettings().concurrency
+TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
+RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
+        "[--checksum ALGO]"
+
+
+@dataclass
+class WholeScenario(Scenario):
+    concurrency: int | None = None
+    tuned: list[float] = field(default_factory=list)
+    fed: list[float] = field(default_factory=list)
+    """Seconds until ``dataq feed`` exited (every record pushed), default settings."""
+
+    def passes(self) -> int:
+        return super().passes() + 1  # the feed hashes every file before it sends its record
+
+    def row(self) -> str:
+        tool, dataq, md5sum = (statistics.median(values) for values in (self.tool, self.dataq, self.md5sum))
+        megabytes = self.count * self.size / 1e6
+        tuned = ""
+        if self.concurrency is not None:
+            seconds = statistics.median(self.tuned)
+            tuned = f" {seconds:.2f} | **{tool / seconds:.2f}** | {self.count / seconds:,.0f} |"
+        return (f"| feed --scan → {self.action} | {self.label} | {self.count:,} | {megabytes:,.0f} | {tool:.2f} | "
+                f"{dataq:.2f} | **{tool / dataq:.2f}** | {self.ceiling(tool, md5sum):.2f} | {self.count / dataq:,.0f} "
+                f"| {megabytes / dataq:,.0f} | {statistics.median(self.fed):.2f} |{tuned}")
+
+
+def write_config(work: Path, url: str, queue: str, port: int, action: str, options: dict[str, Any],
+                 concurrency: int | None, checksum: str | None) -> Path:
+    """dataq's defaults but for where things are: Redis, the log, the push port, the action's destination."""
+    tables: dict[str, dict[str, Any]] = {
+        "redis": {"url": url},
+        "log": {"dir": str(work / "log"), "level": "warning", "format": "json"},
+        "metrics": {"push_port": 0, "pop_port": 0},  # on, as by default, on free ports
+        "push": {"host": LOOPBACK, "port": port},
+    }
+    if concurrency is not None:
+        tables["pop"] = {"concurrency": concurrency}
+    tables[f"queues.{queue}"] = {"actions": [action], **({"checksum": checksum} if checksum else {})}
+    tables[f"queues.{queue}.{action}"] = options
+    return write_tables(work / f"{queue}.toml", work / "data", tables)
+
+
+async def through_whole_path(url: str, work: Path, queue: str, action: str, options: dict[str, Any],
+                             count: int, concurrency: int | None, checksum: str | None, fed: list[float]) -> float:
+    """Seconds from the start of ``dataq feed --scan`` until ``count`` records are done (daemons already up);
+    appends to ``fed`` the seconds until the feed exited."""
+    home = work / queue  # its settings, log and daemons' stderr
+    home.mkdir()
+    port = free_port()
+    config = write_config(home, url, queue, port, action, options, concurrency, checksum)
+    store = QueueStore.from_url(url, queue)
+    children = {role: spawn(home, config, role, 0) for role in ("pop", "push")}
+    feed: asyncio.subprocess.Process | None = None
+
+    def exited() -> None:
+        for role, child in children.items():
+            if child.poll() is not None:
+                stderr = (home / f"{role}-0.stderr").read_text(errors="replace")[-2000:]
+                raise SystemExit(f"dataq {role} ({queue}) exited with {child.returncode}: {stderr}")
+
+    try:
+        async def up() -> bool:
+            exited()
+            try:
+                socket.create_connection((LOOPBACK, port), timeout=0.2).close()
+            except OSError:
+                return False
+            ((_, listening),) = await store.r.pubsub_numsub(store.keys.work)  # the pop daemon only
+            return listening == 1
+
+        await wait_for(up, STARTUP_TIMEOUT, f"dataq push and pop ({queue}) to start")
+        env = {key: value for key, value in os.environ.items() if not key.startswith("DATAQ_")}
+        started = time.perf_counter()
+        feed = await asyncio.create_subprocess_exec(
+            *dataq_command(), "feed", "--config", str(config), "--scan", str(work / "src"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        replies = asyncio.create_task(feed.communicate())
+        replies.add_done_callback(lambda _: fed.append(time.perf_counter() - started))
+
+        async def drained() -> bool:
+            exited()
+            if replies.done() and feed.returncode:
+                raise SystemExit(f"dataq feed ({queue}) failed: {replies.result()[1].decode()}")
+            counters = await store.counters()
+            if counters.get("inactive", 0) or (await store.summary()).inactive:
+                raise SystemExit(f"{action}: records failed: {await store.summary()}")
+            return counters.get("done", 0) >= count
+
+        await wait_for(drained, RUN_TIMEOUT, f"{action} ({queue}) to finish")
+        elapsed = time.perf_counter() - started
+        out, err = await asyncio.wait_for(replies, 60)
+        if feed.returncode or not out.decode().startswith(f"pushed {count}, ignored 0, errors 0"):
+            raise SystemExit(f"dataq feed ({queue}): status {feed.returncode}: {out.decode()}{err.decode()}")
+        return elapsed
+    finally:
+        if feed is not None and feed.returncode is None:
+            feed.kill()  # the bench is failing
+        await asyncio.to_thread(stop_all, list(children.values()))
+        await store.close()
+
+
+def check_contents(records: list[Record], where: Path) -> None:
+    """Every file under ``where`` by content (md5), whatever it is named: for ids of another checksum."""
+    present = {hashlib.md5(path.read_bytes()).hexdigest() for path in where.rglob("*") if path.is_file()}
+    missing = [record.path for record in records if record.checksum not in present]
+    if missing:
+        raise SystemExit(f"{len(missing)} file(s) did not arrive intact under {where}, first {missing[0]}")
+
+
+async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: int, checksum: str | None) -> None:
+    records = make_files(work / "src", scenario.count, scenario.size)
+    scenario.md5sum.append(await asyncio.to_thread(timed, ["md5sum", *(record.path for record in records)]))
+    variants = [("dq", None, scenario.dataq, scenario.fed)]
+    if scenario.concurrency is not None:
+        variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, []))
+    daemon = None
+    if scenario.action == "network_move":
+        daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+        daemon.start()
+        tool = ["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")]
+        destinations = {name: work / "module" / name for name, *_ in variants}
+        options = {name: {"destination": daemon.url("m", name)} for name in destinations}
+        tools = [tool]
+    else:
+        destinations = {name: work / name for name, *_ in variants}
+        for where in destinations.values():
+            where.mkdir()
+        options = {name: {"root": str(where)} for name, where in destinations.items()}
+        tools = [["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"]]
+
+    def run(name: str, concurrency: int | None, fed: list[float]) -> Callable[[], Awaitable[float]]:
+        queue = f"{scenario.action}{round_no}{scenario.size}{name.replace('-', '')}"
+        return lambda: through_whole_path(url, work, queue, scenario.action, options[name], scenario.count,
+                                          concurrency, checksum, fed)
+
+    try:
+        await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(timed, *tools)),
+                                 *((times, run(name, concurrency, fed)) for name, concurrency, times, fed in variants)])
+    finally:
+        if daemon is not None:
+            daemon.stop()
+    for where in destinations.values():
+        if checksum in (None, "md5") or scenario.action == "network_move":
+            check_arrived(records, where, by_checksum=scenario.action == "disk_store")
+        else:
+            check_contents(records, where)
+
+
+async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
+    scenarios = [WholeScenario(action, label, count, size, [], [], [], concurrency=args.concurrency)
+                 for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
+                                                                  ("large files", args.large, LARGE_BYTES))]
+    load_before = os.getloadavg()[0]
+    await in_rounds(scenarios, args.rounds, "dataq-bench-whole-",
+                    lambda scenario, work, url, round_no: whole_round(scenario, work, url, round_no, args.checksum))
+    rsync_version = await asyncio.to_thread(version_of_rsync)
+    print(f"dataq whole-path move benchmark: dataq feed --scan -> dataq push -> redis (appendfsync always) -> "
+          f"dataq pop -> done; {args.rounds} round(s), medians; default settings ([pop] concurrency unset, "
+          f"default {DEFAULT_CONCURRENCY})" + (f", tuned: concurrency {args.concurrency}" if args.concurrency else "")
+          + (f"; checksum {args.checksum}" if args.checksum else "")
+          + f"; {os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
+    print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}")
+    print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    print()
+    tuned = (f" dataq c{args.concurrency} s | ratio c{args.concurrency} | files/s c{args.concurrency} |"
+             if args.concurrency else "")
+    print("| path | files | count | MB | plain tool s | dataq s | ratio | ceiling | dataq files/s | dataq MB/s | "
+          "feed exited s |" + tuned)
+    print("| --- | --- |" + " ---: |" * (12 if tuned else 9))
+    for scenario in scenarios:
+        print(scenario.row())
+    print()
+    print(f"rerun: {RERUN}")
