@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.errors import ActionError, Retryable
-from dataq.runtime.children import die_with_parent
+from dataq.runtime.children import dying_with_parent
 
 STDERR_TAIL_LINES = 5
 """Lines of rsync's stderr quoted in a failure (its last lines say what went wrong)."""
@@ -120,10 +120,11 @@ async def run_command(argv: list[str]) -> Completed:
     daemon that dies (SIGKILL, a forced exit) cannot kill it: the kernel sends it SIGTERM then, so no transfer
     runs on without the daemon that would record it.
     """
+    armed, preexec = dying_with_parent(argv, signal.SIGTERM)
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM),
+            *armed, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=preexec,
         )
     except OSError as exc:
         raise ActionError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc

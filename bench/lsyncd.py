@@ -61,7 +61,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.e2e import load, percentile, run_cleanly
 from bench.move import version_of_rsync
-from dataq.config import PopSettings
 from dataq.embedded.redis_server import EmbeddedRedis, free_port
 from dataq.store import QueueStore
 from testbed.rsync import RsyncDaemon
@@ -220,9 +219,9 @@ async def run_dataq(home: Path, source: Path, destination: str, redis_url: str, 
             stop(process)
 
 
-def tree_cpu(leaders: list[subprocess.Popen[bytes]]) -> dict[str, float]:
-    """CPU seconds (user + system, with reaped children's: rsync clients) of ``leaders`` and every process
-    descended from them, by dataq command (or program) name."""
+def tree_cpu(leaders: list[int]) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's: rsync clients) of the processes ``leaders`` and every
+    process descended from them, by dataq command (or program) name."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     names: dict[int, str] = {}
@@ -239,7 +238,7 @@ def tree_cpu(leaders: list[subprocess.Popen[bytes]]) -> dict[str, float]:
         names[pid] = next((w for w in words if w in ("run", "push", "pop", "web", "feed")),
                           os.path.basename(words[0]) if words else "?")
         seconds[pid] = sum(int(value) for value in fields[11:15]) / tick
-    roots = {process.pid for process in leaders}
+    roots = set(leaders)
     used: dict[str, float] = {}
     for pid, own in seconds.items():
         ancestor = pid
@@ -274,7 +273,9 @@ def check_destination(directory: Path, files: dict[str, bytes]) -> None:
 
 
 async def one_run(system: System, workload: str, count: int, work: Path, rsyncd: RsyncDaemon, redis_url: str,
-                  run: str) -> None:
+                  run: str, shared: list[int]) -> None:
+    """One workload through one system; ``shared``: the processes both systems use (Redis, the rsync daemon),
+    whose CPU is counted with the system's."""
     home, source, destination = (work / run / system.kind, work / "src" / run / system.kind,
                                  work / "dest" / system.kind / run)
     for directory in (home, source, destination):
@@ -306,7 +307,8 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
 
             await until(warm, READY_TIMEOUT, f"{system.label}'s warm-up file", processes)
             await asyncio.to_thread(subprocess.run, ["sync"], check=True)
-            cpu_before = tree_cpu(processes)
+            watched = [process.pid for process in processes] + list(shared)
+            cpu_before = tree_cpu(watched)
             closes = await asyncio.to_thread(write_files, source, files, rate)
 
             async def arrived() -> bool:
@@ -315,7 +317,7 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             await until(arrived, RUN_TIMEOUT, f"{system.label}'s {workload} files to arrive", processes)
             settled = await until(lambda: done(len(everything)), RUN_TIMEOUT, f"{system.label}'s records done",
                                   processes) if store is not None else 0.0
-            cpu = {name: seconds - cpu_before.get(name, 0.0) for name, seconds in tree_cpu(processes).items()}
+            cpu = {name: seconds - cpu_before.get(name, 0.0) for name, seconds in tree_cpu(watched).items()}
             system.notes.append(f"{run}: CPU s of its processes: "
                                 + ", ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(cpu.items())))
             if store is not None:
@@ -360,7 +362,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
         print(json.dumps({"rounds": args.rounds, "burst": args.burst, "concurrency": args.concurrency,
                           "medians": medians,
                           "values": {s.label: s.results for s in systems},
-                          "notes": {s.label: s.notes for s in dataqs}}, indent=2))
+                          "notes": {s.label: s.notes for s in systems}}, indent=2))
         return
     print(f"dataq vs lsyncd: {args.rounds} round(s), medians; {os.cpu_count()} CPUs, Linux {platform.release()}, "
           f"Python {platform.python_version()}; {versions()}")
@@ -377,7 +379,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
         cells = "".join(f" {scale.format(medians[s.label][row])} | **{base / medians[s.label][row]:.2f}** |"
                         for s in dataqs)
         print(f"| {title} | {scale.format(base)} |{cells}")
-    for system in dataqs:
+    for system in systems:
         for note in system.notes:
             print(f"note: {system.label}, {note}")
     print(f"\nrerun: {RERUN}")
@@ -385,8 +387,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
 
 async def run(args: argparse.Namespace) -> None:
     load_before = load()
-    default = PopSettings().concurrency
-    systems = [System("lsyncd delay 1 s", lsyncd=True), System(f"dataq defaults (concurrency {default})")]
+    systems = [System("lsyncd delay 1 s", lsyncd=True), System("dataq defaults")]
     if args.concurrency:
         systems.append(System(f"dataq concurrency {args.concurrency}", concurrency=args.concurrency))
     with tempfile.TemporaryDirectory(prefix="dataq-bench-lsyncd-", dir=os.environ.get("BENCH_DIR")) as temp, \
@@ -404,7 +405,9 @@ async def run(args: argparse.Namespace) -> None:
                         if args.only and args.only not in system.label:
                             continue
                         print(f"round {round_no + 1}: {workload}, {system.label} ...", file=sys.stderr)
-                        await one_run(system, workload, count, work, rsyncd, redis.url, f"r{round_no}{workload}")
+                        shared = [pid for pid in (redis.pid, rsyncd.process.pid if rsyncd.process else None) if pid]
+                        await one_run(system, workload, count, work, rsyncd, redis.url, f"r{round_no}{workload}",
+                                      shared)
         finally:
             rsyncd.stop()
     report(args, systems, load_before)

@@ -7,6 +7,11 @@ parent dies: one that makes it stop gracefully (SIGTERM for redis-server, SIGHUP
 Hand-written rather than a library (python-prctl needs libcap headers to build): it is one ``prctl`` call
 through ctypes.
 
+A ``preexec_fn`` makes Python fork the whole daemon and run Python in the child (5.6 ms of CPU per start from a
+pop daemon, measured), where a plain start uses ``vfork`` (0.8 ms). Children started often (``network_move``'s
+rsync, one per batch) are therefore armed by util-linux's ``setpriv --pdeathsig`` exec'ing the program instead
+(:func:`dying_with_parent`), when it is installed.
+
 The kernel's "parent" is the *thread* that started the child: start such children from the main thread (the
 event loop's), never from a worker thread that may end first. When that thread dies, the child passes to another
 thread of the process, and may get the signal again when that one dies too: a child must take repeats calmly.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 from collections.abc import Callable
 
@@ -40,3 +46,17 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
             os.kill(os.getpid(), signum)
 
     return arm
+
+
+SETPRIV = shutil.which("setpriv")
+"""util-linux's ``setpriv`` (``--pdeathsig`` since 2.33), if installed."""
+
+
+def dying_with_parent(argv: list[str], signum: int = signal.SIGTERM) -> tuple[list[str], Callable[[], None] | None]:
+    """``argv`` and the ``preexec_fn`` that start a child which gets ``signum`` when the thread starting it dies:
+    through ``setpriv --pdeathsig`` (no ``preexec_fn``: the cheap start) when it is installed, else with
+    :func:`die_with_parent`. (``setpriv`` does not look whether the parent died before it armed the signal:
+    in that millisecond a child may outlive its parent, and then ends as it would have anyway.)"""
+    if SETPRIV is None:
+        return argv, die_with_parent(signum)
+    return [SETPRIV, f"--pdeathsig={signal.Signals(signum).name.removeprefix('SIG')}", "--", *argv], None

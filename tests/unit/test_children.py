@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dataq.runtime import children
 from tests.conftest import skip_on_other_os
 
 GONE_TIMEOUT = 30.0
@@ -98,3 +99,14 @@ time.sleep(600)
             parent.wait()
         assert parent.stdout is not None
         parent.stdout.close()
+
+
+def test_a_child_is_armed_by_setpriv_when_installed_else_by_a_preexec_function(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # setpriv lets Python start the child with vfork: a preexec function forces a fork of the whole daemon.
+    monkeypatch.setattr(children, "SETPRIV", "/usr/bin/setpriv")
+    assert children.dying_with_parent(["rsync", "-a"]) == (
+        ["/usr/bin/setpriv", "--pdeathsig=TERM", "--", "rsync", "-a"], None)
+    monkeypatch.setattr(children, "SETPRIV", None)
+    argv, preexec = children.dying_with_parent(["rsync", "-a"], signal.SIGHUP)
+    assert argv == ["rsync", "-a"] and callable(preexec)
