@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
 
 from dataq.checksum import check_algorithm
@@ -108,14 +109,21 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         outcome = await self._batcher.submit((record, render(options.layout, record_values(record))))
         if isinstance(outcome, ActionError):
             raise outcome
-        log.info("stored" if outcome.copied else "already stored", id=record.id, path=outcome.path,
-                 source_removed=options.remove_source)
+        log.debug("stored" if outcome.copied else "already stored", id=record.id, path=outcome.path,
+                  source_removed=options.remove_source)
 
     async def _store_batch(self, items: list[tuple[Record, str]]) -> list[Stored | ActionError]:
         options = self.options
-        return await in_thread(lambda abort: store_batch_sync(
+        started = time.monotonic()
+        outcomes = await in_thread(lambda abort: store_batch_sync(
             items, options.root, algorithm=self.algorithm, verify=options.verify,
             remove_source=options.remove_source, abort=abort))
+        # One line per batch: each record's own is at debug level (and its history in the queue's events).
+        log.info("stored a batch", root=options.root, records=len(items),
+                 copied=sum(isinstance(outcome, Stored) and outcome.copied for outcome in outcomes),
+                 failed=sum(isinstance(outcome, ActionError) for outcome in outcomes),
+                 bytes=sum(record.size for record, _ in items), seconds=round(time.monotonic() - started, 3))
+        return outcomes
 
     async def close(self) -> None:
         await self._batcher.close(CLOSE_GRACE)

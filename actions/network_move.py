@@ -93,8 +93,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from dataq.checksum import LARGE_FILE_BYTES
 from dataq.errors import ActionError
@@ -102,45 +103,29 @@ from dataq.logs import get_logger
 from dataq.record import Record
 
 from .base import Action, ActionContext
+from .batcher import MicroBatcher
 from .custody import SenderCustody
-from .files import SourceMismatch, SourceRead, identity_of, in_thread, read_source_sync, remove_source_sync
+from .files import SourceMismatch, SourceRead, in_thread, read_source_sync, remove_source_sync
 from .handon import HandOn
 from .layout import record_values, render
+from .move_batch import BatchMove, Move
 from .move_options import NetworkMoveOptions
 from .rsync import (
-    RSYNC_PARTIAL,
-    Completed,
     destination_kind,
     join,
     make_work_dir,
     remote_algorithm,
-    remote_digests,
     remove_stale_work_dirs,
-    send,
-    write_list,
 )
 
 NO_DELAY = "--sockopts=TCP_NODELAY"
+READ_BATCH = 64
+"""Small sources read per trip to a reading thread."""
 CLOSE_GRACE = 30.0
 """Seconds :meth:`NetworkMoveAction.close` lets running batches finish before it kills their rsync (their
 records were not acknowledged and run again)."""
 
 log = get_logger()
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One record of a batch: its file's path beneath the destination, and what reading its source found (None:
-    the source is gone, only the destination is checked)."""
-
-    record: Record
-    relative: str
-    source: SourceRead | None
-
-    @property
-    def digest(self) -> str:
-        """The digest the destination's file must have, in the algorithm rsync reports (``remote_algorithm``)."""
-        return self.source.digest if self.source is not None else self.record.checksum.lower()
 
 
 class NetworkMoveAction(Action[NetworkMoveOptions]):
@@ -154,9 +139,12 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         self._batcher = options.batcher(self._move_batch, lambda move: move.record.size)
         # As many sources read at once as there are CPUs: more would only share them, so that every file is
         # read late instead of the first ones early, and the first batch would wait for all of them. Large files
-        # have readers of their own, so that small ones never wait behind them.
+        # have readers of their own, so that small ones never wait behind them; small ones are read a batch per
+        # trip to a thread (a trip costs as much as reading a file of 20 KB).
         cpus = os.cpu_count() or 1
-        self._readers = {large: asyncio.Semaphore(cpus) for large in (False, True)}
+        self._large_readers = asyncio.Semaphore(cpus)
+        self._small_reads: MicroBatcher[Record, SourceRead | SourceMismatch] = MicroBatcher(
+            self._read_sources, size=READ_BATCH, age=0.0, in_flight=cpus)
         self.remote = remote_algorithm(self.algorithm)
         """What the destination reports of a copy: the records' algorithm, or md5 when rsync lacks it."""
         self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
@@ -174,6 +162,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             self._custody.start()
 
     async def close(self) -> None:
+        await self._small_reads.close(CLOSE_GRACE)
         await self._batcher.close(CLOSE_GRACE)
         await self._custody.close(CLOSE_GRACE)
         await self._hand_on.close(CLOSE_GRACE)
@@ -200,9 +189,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         relative = render(options.layout, values)
         # Sources are read here, before batching, so that records hash in parallel while a batch is sent.
         try:
-            async with self._readers[record.size >= LARGE_FILE_BYTES]:
-                source: SourceRead | None = await in_thread(
-                    lambda abort: read_source_sync(record, self.algorithm, abort, also=self.remote))
+            source: SourceRead | None = await self._read(record)
         except SourceMismatch:
             if await asyncio.to_thread(os.path.lexists, record.path) or self.remote != self.algorithm:
                 raise  # rsync cannot report this record's checksum
@@ -221,11 +208,42 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         removed = options.remove_source is True
         if removed:
             await asyncio.to_thread(remove_source_sync, record.path)
-        log.info("moved", id=record.id, target=join(options.destination, relative), verified=options.verify,
-                 handed_on=bool(options.next_sites), source_removed=removed)
+        log.debug("moved", id=record.id, target=join(options.destination, relative), verified=options.verify,
+                  handed_on=bool(options.next_sites), source_removed=removed)
+
+    async def _read(self, record: Record) -> SourceRead:
+        """Check the record's source against it (SourceMismatch if it is not the record's data)."""
+        if record.size >= LARGE_FILE_BYTES:
+            async with self._large_readers:
+                return await in_thread(lambda abort: read_source_sync(record, self.algorithm, abort, also=self.remote))
+        outcome = await self._small_reads.submit(record)
+        if isinstance(outcome, SourceMismatch):
+            raise outcome
+        return outcome
+
+    async def _read_sources(self, records: list[Record]) -> list[SourceRead | SourceMismatch]:
+        def read_all(abort: threading.Event) -> list[SourceRead | SourceMismatch]:
+            outcomes: list[SourceRead | SourceMismatch] = []
+            for record in records:
+                try:
+                    outcomes.append(read_source_sync(record, self.algorithm, abort, also=self.remote))
+                except SourceMismatch as exc:
+                    outcomes.append(exc)
+            return outcomes
+
+        return await in_thread(read_all)
 
     async def _move_batch(self, moves: list[Move]) -> list[ActionError | None]:
         """Send, then verify, a batch: per record None (its file is at the destination) or what failed."""
+        started = time.monotonic()
+        outcomes = await self._move(moves)
+        # One line per batch: each record's own is at debug level (and its history in the queue's events).
+        log.info("moved a batch", destination=self.options.destination, records=len(moves),
+                 failed=sum(outcome is not None for outcome in outcomes),
+                 bytes=sum(move.record.size for move in moves), seconds=round(time.monotonic() - started, 3))
+        return outcomes
+
+    async def _move(self, moves: list[Move]) -> list[ActionError | None]:
         outcomes: list[ActionError | None] = [None] * len(moves)
         targets: dict[str, Move] = {}
         for index, move in enumerate(moves):
@@ -235,156 +253,10 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                                               f"{other.record.id} of this batch")
         work = await asyncio.to_thread(make_work_dir)
         try:
-            await _BatchMove(self, moves, outcomes, work).run()
+            await BatchMove(self, moves, outcomes, work).run()
         finally:
             await asyncio.to_thread(shutil.rmtree, work, True)
         return outcomes
 
     def target(self, move: Move) -> str:
         return join(self.options.destination, move.relative)
-
-def common_root(moves: list[Move]) -> str | None:
-    """The directory beneath which every move's source is at its layout path (``ROOT/relative``), if they share
-    one; None otherwise."""
-    roots = set()
-    for move in moves:
-        path = os.path.abspath(move.record.path)
-        if not path.endswith(f"/{move.relative}"):
-            return None
-        roots.add(path[:len(path) - len(move.relative)])
-    return roots.pop() if len(roots) == 1 else None
-
-
-class _BatchMove:
-    """Sending and verifying one batch (see the module docstring); fills ``outcomes`` for the records that fail."""
-
-    def __init__(self, action: NetworkMoveAction, moves: list[Move], outcomes: list[ActionError | None],
-                 work: str) -> None:
-        self.action, self.options, self.moves, self.outcomes, self.work = action, action.options, moves, outcomes, work
-        self.sent: Completed | None = None
-        self.fetched: Completed | None = None
-        self.found: dict[str, str] = {}
-        """The digest of each file the destination reported, by its path there."""
-
-    def _open(self) -> list[int]:
-        return [index for index, outcome in enumerate(self.outcomes) if outcome is None]
-
-    async def run(self) -> None:
-        options = self.options
-        present = [index for index in self._open() if self.moves[index].source is not None]
-        # Without verify every file is sent: rsync's end-to-end check then covers each of them.
-        transferred = await self._send(present, ignore_times=not options.verify) if present else set()
-        if self._failed_all():
-            return
-        # A file rsync did not transfer (already there, or rsync failed on it) is checked where it is; with
-        # reread, so is every file.
-        check = [index for index in self._open()
-                 if options.reread or self.moves[index].relative not in transferred]
-        if not options.verify and self.sent is not None and self.sent.status == 0:
-            check = [index for index in check if self.moves[index].source is None]
-        wrong = await self._verify(check)
-        retry = [index for index in wrong if self.moves[index].source is not None]
-        if retry and options.verify and self.sent is not None and self.sent.status == 0:
-            # The destination may hold other data of the same size and time, which the quick check skipped.
-            transferred = await self._send(retry, ignore_times=True)
-            if self._failed_all():
-                return
-            wrong = set(wrong) - set(retry) | await self._verify(
-                [index for index in retry if options.reread or self.moves[index].relative not in transferred])
-        for index in wrong:
-            self.outcomes[index] = self._not_there(self.moves[index])
-
-    async def _send(self, indices: list[int], *, ignore_times: bool) -> set[str]:
-        """Send the files of ``indices``; their names that rsync transferred and whose source did not change."""
-        listing = os.path.join(self.work, "send")
-        moves = [self.moves[index] for index in indices]
-        # Sources that already lie at their layout paths beneath one directory (the default layout, files of one
-        # directory) are sent from there; others from a tree of symlinks laid out as the destination will be.
-        tree = common_root(moves) or os.path.join(self.work, "tree")
-
-        def stage() -> None:
-            if tree.startswith(self.work):
-                shutil.rmtree(tree, ignore_errors=True)
-                for move in moves:
-                    link = os.path.join(tree, move.relative)
-                    os.makedirs(os.path.dirname(link), exist_ok=True)
-                    if not os.path.lexists(link):  # the same data twice in a batch is sent once
-                        os.symlink(os.path.abspath(move.record.path), link)
-            write_list(listing, sorted({move.relative for move in moves}))
-
-        await asyncio.to_thread(stage)
-        transferred, self.sent = await send(self.action.base_args(), tree, listing, self.options.destination,
-                                            mkpath=self.options.create_dirs, ignore_times=ignore_times)
-        changed = await asyncio.to_thread(self._changed, [move for move in moves if move.relative in transferred])
-        for index, move in zip(indices, moves, strict=True):
-            if move.record.path in changed:
-                self.outcomes[index] = ActionError(f"source file {move.record.path} changed while it was sent to "
-                                                   f"{self.action.target(move)}")
-        return transferred
-
-    @staticmethod
-    def _changed(moves: list[Move]) -> set[str]:
-        """Sources that are no longer the file dataq read (rsync sent what it read, which may then differ)."""
-        changed = set()
-        for move in moves:
-            assert move.source is not None
-            try:
-                if identity_of(os.stat(move.record.path)) != move.source.identity:
-                    changed.add(move.record.path)
-            except OSError:
-                changed.add(move.record.path)
-        return changed
-
-    def _failed_all(self) -> bool:
-        """After a send: if rsync could not reach the destination or did not run, every open record fails."""
-        sent = self.sent
-        if sent is None or sent.status == 0 or (sent.status in RSYNC_PARTIAL and not sent.unreachable):
-            return False
-        for index in self._open():
-            move = self.moves[index]
-            self.outcomes[index] = sent.failure(self._what(move), self.options.destination, move.relative)
-        return True
-
-    async def _verify(self, indices: list[int]) -> set[int]:
-        """Have the destination report the digest of each file of ``indices``; those that are not what they must be."""
-        if not indices:
-            return set()
-        scratch, listing = os.path.join(self.work, "scratch"), os.path.join(self.work, "verify")
-        relatives = sorted({self.moves[index].relative for index in indices})
-
-        def prepare() -> None:
-            os.makedirs(scratch, exist_ok=True)
-            write_list(listing, relatives)
-
-        await asyncio.to_thread(prepare)
-        found, self.fetched = await remote_digests(self.action.base_args(), listing, self.options.destination,
-                                                   scratch, self.action.remote)
-        if self.fetched.unreachable:
-            for index in indices:
-                self.outcomes[index] = self.fetched.failure(
-                    f"verification of {self.action.target(self.moves[index])}", self.options.destination)
-            return set()
-        self.found.update(found)
-        return {index for index in indices if found.get(self.moves[index].relative) != self.moves[index].digest}
-
-    def _what(self, move: Move) -> str:
-        return f"rsync of {move.record.path} to {self.action.target(move)}"
-
-    def _not_there(self, move: Move) -> ActionError:
-        record, target, sent, fetched = move.record, self.action.target(move), self.sent, self.fetched
-        assert fetched is not None
-        reported = self.found.get(move.relative)
-        if move.source is None:
-            if reported is None:
-                return SourceMismatch(fetched.describe(f"source file {record.path} does not exist; checking {target}",
-                                                       move.relative))
-            return SourceMismatch(f"source file {record.path} does not exist and {target} holds other data "
-                                  f"(checksum {reported or '(none)'})")
-        if sent is not None and sent.status != 0 and move.relative in sent.stderr:
-            return sent.failure(self._what(move), self.options.destination, move.relative)
-        if reported is None:
-            problem = sent.describe(self._what(move), move.relative) if sent is not None and sent.status else \
-                fetched.describe(f"verification of {target}", move.relative)
-            return ActionError(f"{target} is not at the destination after the transfer: {problem}")
-        return ActionError(f"verification of {target} failed: the destination differs from the source "
-                           f"(checksum {reported or '(none)'}, the record's data has {move.digest})")

@@ -268,9 +268,9 @@ async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(tmp
             assert (await counters(site)).get("resent", 0) == 0
             pushed = [line for line in peer.lines if b'"receipts"' not in line]
             assert len([line for line in pushed if not line.startswith(b"{")]) == 20, "each record taken once"
-            # Refused for the site's name only while the first refusal was not back (at most one per record
-            # running at once), then handed on without it.
-            assert len(pushed) - 20 <= 4
+            # Refused for the site's name only while the first refusal was not back (at most once per record
+            # running at once: all 20 may be, their batch fills), then handed on without it.
+            assert len(pushed) - 20 <= 20
         finally:
             site.stop()
             server.close()

@@ -67,12 +67,13 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
             worker = await first.registered(store)
 
             def mid_batch() -> bool:
-                return bool(daemon.received()) and bool(glob.glob(work_dirs))
+                # Past the first batches, which are cut small (batch_age = 0): a full one takes a second to send.
+                return len(daemon.received()) >= 3 and bool(glob.glob(work_dirs))
 
             await eventually(lambda: asyncio.sleep(0, result=mid_batch()), timeout=30.0,
-                             what="a file of a batch to arrive while another batch is being sent")
-            held = await store.processing(worker)
+                             what="files to arrive while a batch is being sent")
             first.kill()
+            held = await store.processing(worker)  # nobody sweeps the dead worker's records before the next starts
             # Held: running, or done and waiting to be settled; at most twice what runs at once.
             assert len(held) > 2 * PopSettings().concurrency, "the claim fills batches, not [pop] concurrency"
             before = set(daemon.received())
