@@ -1,20 +1,18 @@
-"""Micro-batching: concurrent calls, one item each, gathered into batches for one handler call per batch.
-
-The pop daemon runs an action once per record, many at once; an action whose real work is per batch (a Spark job,
-one rsync for many files, one sync of the disk for many copies) submits each record here and awaits its own
-result. Hand-written: asyncio has no batching primitive, and the libraries that offer one (aiobatcher and the like)
-neither leave out a caller that gave up nor stop a batch whose callers all did.
-"""
+"""The batching options of actions that work on records a batch at a time, over the micro-batcher of
+:mod:`dataq.runtime.batching` (re-exported here, where actions have always found it)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
+
+from dataq.runtime.batching import MicroBatcher
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+__all__ = ["BATCHES_IN_FLIGHT", "BatchOptions", "MicroBatcher"]
 
 BATCHES_IN_FLIGHT = 2
 """Batches of one action handled at once: one is prepared (files read and hashed, copied into the archive) while
@@ -54,129 +52,3 @@ class BatchOptions:
                 size_of: Callable[[T], int]) -> MicroBatcher[T, R]:
         return MicroBatcher(handle, size=self.batch_size, age=self.batch_age, in_flight=BATCHES_IN_FLIGHT,
                             weight=size_of, max_weight=self.batch_bytes)
-
-
-@dataclass(eq=False)
-class _Batch(Generic[T, R]):
-    entries: list[tuple[T, asyncio.Future[R]]]
-    task: asyncio.Task[None] | None = None
-    weight: int = field(default=0)
-
-
-class MicroBatcher(Generic[T, R]):
-    """Gathers concurrent :meth:`submit` calls into batches for ``handle``, each caller awaiting its own result.
-
-    A batch is cut when it holds ``size`` items (or ``max_weight`` of ``weight``), or ``age`` seconds after its
-    first item, whichever comes first; at most ``in_flight`` batches are handled at once. A batch due by age
-    while every slot is busy keeps gathering until a slot frees (so a busy handler gets fuller batches, the
-    way a group commit works); ``age=0`` thus means "as soon as a slot is free". ``handle`` returns one result
-    per item, in order; if it raises, every caller of that batch gets the exception. A caller cancelled before
-    its batch is handled leaves the batch; once every caller of a running batch has left (their timeouts, a
-    shutdown), the handler is cancelled too.
-    """
-
-    def __init__(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]], *, size: int, age: float,
-                 in_flight: int = 2, weight: Callable[[T], int] | None = None, max_weight: int | None = None) -> None:
-        self._handle, self.size, self.age = handle, size, age
-        self._weight, self._max_weight = weight, max_weight
-        self._pending: _Batch[T, R] = _Batch([])
-        self._timer: asyncio.TimerHandle | None = None
-        self._due = False
-        """The pending batch is past its age and waits for a free slot."""
-        self._slots = asyncio.Semaphore(in_flight)
-        self._running: set[_Batch[T, R]] = set()
-
-    @property
-    def cut_at(self) -> float | None:
-        """When (event-loop time) the pending batch is cut by age; None when nothing is pending."""
-        return self._timer.when() if self._timer is not None else None
-
-    async def submit(self, item: T) -> R:
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        pending = self._pending
-        pending.entries.append((item, future))
-        if self._weight is not None:
-            pending.weight += self._weight(item)
-        full = self._max_weight is not None and pending.weight >= self._max_weight
-        if len(pending.entries) >= self.size or full:
-            self.flush()
-        elif self._timer is None and not self._due:
-            self._timer = asyncio.get_running_loop().call_later(self.age, self._aged)
-        try:
-            return await future  # cancelling the caller cancels the future: its batch skips it
-        finally:
-            if future.cancelled():
-                self._left(future)
-
-    def _aged(self) -> None:
-        self._timer = None
-        if self._slots.locked():
-            self._due = True  # cut when a running batch ends: the items that come meanwhile join this one
-        else:
-            self.flush()
-
-    def flush(self) -> None:
-        """Cut the pending batch now."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._due = False
-        batch, self._pending = self._pending, _Batch([])
-        if batch.entries:
-            batch.task = asyncio.create_task(self._run(batch), name="micro-batch")
-            self._running.add(batch)
-            batch.task.add_done_callback(lambda _: self._ended(batch))
-
-    def _ended(self, batch: _Batch[T, R]) -> None:
-        self._running.discard(batch)
-        if self._due:
-            self.flush()
-
-    def _left(self, future: asyncio.Future[R]) -> None:
-        """A caller gave up: if it was the last of its running batch, stop that batch's work."""
-        for batch in self._running:
-            if any(entry is future for _, entry in batch.entries):
-                if batch.task is not None and all(entry.done() for _, entry in batch.entries):
-                    batch.task.cancel()
-                return
-
-    async def drain(self) -> None:
-        """Cut the pending batch and wait until every batch is handled."""
-        self.flush()
-        while self._running:
-            await asyncio.wait({batch.task for batch in self._running if batch.task is not None})
-
-    async def close(self, grace: float) -> bool:
-        """Drain for up to ``grace`` seconds, then cancel the batches still running; True if all were drained."""
-        try:
-            async with asyncio.timeout(grace):
-                await self.drain()
-            return True
-        except TimeoutError:
-            tasks = {batch.task for batch in self._running if batch.task is not None}
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            return False
-
-    async def _run(self, batch: _Batch[T, R]) -> None:
-        async with self._slots:
-            live = [(item, future) for item, future in batch.entries if not future.done()]
-            if not live:
-                return
-            try:
-                results = await self._handle([item for item, _ in live])
-                if len(results) != len(live):
-                    raise RuntimeError(f"batch handler returned {len(results)} results for {len(live)} items")
-            except asyncio.CancelledError:
-                for _, future in live:  # stopped by close(): its callers stop waiting, as if cancelled
-                    future.cancel()
-                raise
-            except Exception as exc:
-                for _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
-                return
-            for (_, future), result in zip(live, results, strict=True):
-                if not future.done():
-                    future.set_result(result)

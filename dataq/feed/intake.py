@@ -29,9 +29,13 @@ from dataq.feed.spool import Entry, FileKey, Spool
 from dataq.logs import get_logger
 from dataq.record import DEFAULT_RULES, Record, RecordRules, format_line, make_record
 from dataq.runtime.backoff import Backoff
+from dataq.runtime.batching import MicroBatcher
 
-FILES_PER_WORKER = 8
-"""Files being looked at per checksum thread: small files are mostly waiting (a stat, a read, the spool)."""
+EXAMINE_BATCH = 64
+"""Files looked at per trip to a checksum thread at most (a trip costs as much as hashing a small file)."""
+FILES_PER_WORKER = EXAMINE_BATCH
+"""Files being looked at per checksum thread: a batch each (small files are mostly waiting: a stat, a read, the
+spool)."""
 BATCH = 512
 """Records added to the spool in one transaction at most."""
 QUEUED_BATCHES = 4
@@ -64,6 +68,8 @@ class Intake:
         self.spool, self.forwarder, self.rules = spool, forwarder, rules
         self.on_unreadable = on_unreadable
         self.workers = workers or os.cpu_count() or 1
+        self._examiner: MicroBatcher[str, Examined | OSError | ValueError] | None = None
+        """Gathers the files to look at into batches for the checksum threads (while :meth:`take_files` runs)."""
         self._large_files: ThreadPoolExecutor | None = None
         """Threads of files of LARGE_FILE_BYTES or more, beside the pool of :meth:`take_files` (while it runs)."""
         self.taken = 0
@@ -84,6 +90,10 @@ class Intake:
         """Checksum each complete file of ``paths`` and keep its record, until ``paths`` ends; a failure of the
         spool (damaged, unusable) ends it at once."""
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum")
+        loop = asyncio.get_running_loop()
+        # Files that arrive together are looked at together: one trip to a thread serves a batch of them.
+        self._examiner = MicroBatcher(lambda batch: loop.run_in_executor(pool, self._examine_all, batch),
+                                      size=EXAMINE_BATCH, age=0.0, in_flight=self.workers)
         large_files = self._large_files = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum-large")
         slots = asyncio.Semaphore(self.workers * FILES_PER_WORKER)
         jobs: set[asyncio.Task[None]] = set()
@@ -187,8 +197,12 @@ class Intake:
             self._in_progress.pop(path, None)
 
     async def _entry_for(self, path: str, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> Entry | None:
-        # One trip to a checksum thread per file: look, ask the spool, read (a large file: a second trip).
-        examined = await loop.run_in_executor(pool, self._examine, path)
+        # One trip to a checksum thread per batch of files: look, ask the spool, read (a large file: a second
+        # trip, to the large files' threads).
+        assert self._examiner is not None
+        examined = await self._examiner.submit(path)
+        if isinstance(examined, BaseException):
+            raise examined
         if isinstance(examined, _Large):
             assert self._large_files is not None
             examined = await loop.run_in_executor(self._large_files, self._hash, path, examined.key)
@@ -263,7 +277,17 @@ class Intake:
         self.forwarder.wake()
 
 
-    def _examine(self, path: str) -> tuple[FileKey, str] | FileKey | _Large | None:
+    def _examine_all(self, paths: list[str]) -> list[Examined | OSError | ValueError]:
+        """:meth:`_examine` of each path, on a checksum thread; what failed for a file is its own outcome."""
+        outcomes: list[Examined | OSError | ValueError] = []
+        for path in paths:
+            try:
+                outcomes.append(self._examine(path))
+            except (OSError, ValueError) as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _examine(self, path: str) -> Examined:
         """On a checksum thread: (the file's key, its checksum); the key alone if the spool has this version of
         the file already; None if it is no regular file or changed while it was read (its writer's close brings it
         back); a large file is only looked at (:class:`_Large`)."""
@@ -289,6 +313,10 @@ class _Large(NamedTuple):
     """A file to hash on the large files' threads."""
 
     key: FileKey
+
+
+Examined = tuple[FileKey, str] | FileKey | _Large | None
+"""What looking at a file found (see :meth:`Intake._examine`)."""
 
 
 def _hash_unchanged(path: str, key: FileKey, algorithm: str, abort: threading.Event) -> str | None:

@@ -41,6 +41,7 @@ DEFAULT_SETTLE = 2.0
 FILE_EVENTS = Mask.CLOSE_WRITE | Mask.MOVED_TO
 DIRECTORY_EVENTS = Mask.CREATE | Mask.MOVED_TO
 ROOT_GONE = Mask.DELETE_SELF | Mask.MOVE_SELF
+FILE_EVENTS_VALUE, IS_DIR_VALUE = FILE_EVENTS.value, Mask.ISDIR.value
 
 log = get_logger()
 
@@ -255,7 +256,14 @@ class Watcher:
             await self._event(inotify, event)
 
     async def _event(self, inotify: Inotify, event: Event) -> None:
-        mask, path = event.mask, event.path
+        mask = event.mask.value  # an int: the flags' own operators build enum members, every event
+        if mask & FILE_EVENTS_VALUE and not mask & IS_DIR_VALUE and event.name is not None and event.watch is not None:
+            # The common event, a file closed or moved in, without Path arithmetic (event.path joins Paths).
+            where = os.path.join(str(event.watch.path), str(event.name))
+            if self.options.wanted(where):
+                self._found.put_nowait(where)
+            return
+        path = event.path
         if mask & Mask.Q_OVERFLOW:
             log.warning("the kernel dropped file events (queue overflow); scanning the directory again",
                         directory=self.options.root)
