@@ -78,7 +78,10 @@ algorithm before queues had ``checksum``; still honoured for a queue left at md5
 
 
 def own_algorithm(options: object) -> str | None:
-    """The checksum algorithm an action's options name (None: the queue's)."""
+    """The checksum algorithm the options of one of dataq's actions name (None: the queue's; a site's action may
+    have an option of that name for something else)."""
+    if not type(options).__module__.startswith("dataq.actions."):
+        return None
     for name in ALGORITHM_OPTIONS:
         if (own := getattr(options, name, None)) is not None:
             return str(own)

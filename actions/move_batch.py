@@ -103,10 +103,11 @@ class BatchMove:
         moves = [self.moves[index] for index in indices]
         # Sources that already lie at their layout paths beneath one directory (the default layout, files of one
         # directory) are sent from there; others from a tree of symlinks laid out as the destination will be.
-        tree = common_root(moves) or os.path.join(self.work, "tree")
+        staged = os.path.join(self.work, "tree")
+        tree = common_root(moves) or staged
 
         def stage() -> None:
-            if tree.startswith(self.work):
+            if tree == staged:
                 shutil.rmtree(tree, ignore_errors=True)
                 for move in moves:
                     link = os.path.join(tree, move.relative)

@@ -71,7 +71,7 @@ when complete. With ``verify``, a file counts as at the destination when:
 * or rsync did not transfer it (it was there already), and a dry-run fetch of such files from the destination
   (:func:`.rsync.remote_digests`: the far side reads each file and reports its digest; nothing is read on this
   side) reports the record's checksum: rsync reports md5 and xxh128 itself; for records of another algorithm
-  (sha256, adler32) it reports md5, and the source's md5 is computed in the same read as the record's checksum.
+  (sha256) it reports md5, and the source's md5 is computed in the same read as the record's checksum.
   A file that does not verify is sent once more with ``--ignore-times`` (the destination may hold other data
   of the same size and time) and checked again.
 
@@ -119,8 +119,8 @@ from .rsync import (
 )
 
 NO_DELAY = "--sockopts=TCP_NODELAY"
-READ_BATCH = 64
-"""Small sources read per trip to a reading thread."""
+READ_BATCH = 16
+"""Small sources read per trip to a reading thread (a read that hangs, on a stale mount, holds up its batch)."""
 CLOSE_GRACE = 30.0
 """Seconds :meth:`NetworkMoveAction.close` lets running batches finish before it kills their rsync (their
 records were not acknowledged and run again)."""

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dataq.checksum import DEFAULT_ALGORITHM
+from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import ActionError, Retryable
 from dataq.runtime.children import dying_with_parent
 
@@ -35,6 +35,7 @@ VERIFY_MARK = "dataq-verify"
 SENT_MARK = "dataq-sent"
 """Prefixes the lines of the sending rsync that describe a file it transferred."""
 REMOTE_ALGORITHMS = frozenset({"md5", "xxh128"})
+HEX_WIDTH = {algorithm: HEX_DIGITS[algorithm] for algorithm in REMOTE_ALGORITHMS}
 """Checksums rsync (3.2.3 and later) reports of a file, as dataq writes them (its xxh128 is XXH3-128's canonical
 hex)."""
 RSYNC_EXIT_MEANINGS = {
@@ -231,6 +232,7 @@ async def remote_digests(base: list[str], listing: str, destination: str, scratc
     found: dict[str, str] = {}
     for line in _marked(result.stdout, VERIFY_MARK):
         if not line.endswith("/"):  # directories have no checksum
-            digest, _, name = line.partition(" ")
-            found[_unescape(name)] = digest.lower()
+            # The digest has its fixed width (spaces for a file that is not a regular one), then one space.
+            width = HEX_WIDTH[algorithm]
+            found[_unescape(line[width + 1:])] = line[:width].strip().lower()
     return found, result

@@ -28,7 +28,7 @@ and ``dataq pop`` (subprocesses, log level warning) are started and up, then the
 ``done`` counter reaches the file count; against the same plain tools, same rounds, checks and table, the
 ceiling counting the feed's md5 pass too. ``--concurrency N`` adds a "tuned" column (``[pop] concurrency =
 N``, run in turn with the others); ``--checksum ALGO`` writes ``checksum = "ALGO"`` into the queue's table
-(md5, sha256, xxh128, adler32; a dataq without that key stops at its settings, as it should)::
+(md5, sha256, xxh128; a dataq without that key stops at its settings, as it should)::
 
     .venv/bin/python bench/move.py --whole [--rounds N] [--only network_move|disk_store]
     .venv/bin/python bench/move.py --whole --concurrency 256 [--checksum xxh128]

@@ -1,10 +1,11 @@
 """Checksums of files, read in chunks: the one place dataq hashes a file it does not also copy.
 
 A queue's records carry one algorithm's checksum (``[queues.NAME] checksum``): ``md5`` (the 2014 data-q's, the
-default), ``sha256``, ``xxh128`` (XXH3-128: ~40 times md5's speed, for identity, not against an adversary) or
-``adler32`` (what Rucio and FTS3 compare beside md5). :func:`new_hasher` makes any of them, and the hashlib
-names the actions' older ``algorithm`` options took. Every digest is lower-case hex, its width fixed by the
-algorithm (:data:`HEX_DIGITS`).
+default), ``sha256`` or ``xxh128`` (XXH3-128: ~40 times md5's speed, for identity, not against an adversary).
+A record's checksum is its id, so a 32-bit checksum such as adler32 (what Rucio and FTS3 compare beside md5) is
+refused: two different files would share an id, and the second would be ``Ignored``. :func:`new_hasher` makes
+any of them, and the hashlib names the actions' older ``algorithm`` options took. Every digest is lower-case
+hex, its width fixed by the algorithm (:data:`HEX_DIGITS`).
 
 ``dataq feed --scan``, ``dataq-cli --pushfile`` and the storage and transfer actions all call :func:`hash_file`
 (or :func:`hash_fd` on a descriptor they hold). The copying code (``disk_store``'s copy, the archive's Spark job)
@@ -17,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import zlib
 from typing import Protocol
 
 import xxhash
@@ -28,8 +28,10 @@ DEFAULT_ALGORITHM = "md5"
 """The checksum of the 2014 data-q's feeders (and of the default ``checksum_pattern``)."""
 IDENTITY_ALGORITHM = "xxh128"
 """The hash of a read whose only job is to prove two copies hold the same bytes (a copy read back)."""
-HEX_DIGITS = {"md5": 32, "sha256": 64, "xxh128": 32, "adler32": 8}
+HEX_DIGITS = {"md5": 32, "sha256": 64, "xxh128": 32}
 """The algorithms a queue's ``checksum`` may name, and the hex digits of their digests."""
+TOO_NARROW = {"adler32": 32, "crc32": 32, "crc32c": 32}
+"""Checksums too narrow to be record ids, by their bits."""
 LARGE_FILE_BYTES = 8 << 20
 """Files this large are hashed on threads of their own (as many as CPUs), beside those of smaller files: a large
 file's seconds of hashing never hold up a small file behind it."""
@@ -47,22 +49,12 @@ class Hasher(Protocol):
     def hexdigest(self) -> str: ...
 
 
-class Adler32:
-    """zlib's adler32 with hashlib's interface; its digest is 8 hex digits, big-endian (as Rucio and FTS3 write
-    it)."""
-
-    def __init__(self) -> None:
-        self.value = 1
-
-    def update(self, data: bytes, /) -> None:
-        self.value = zlib.adler32(data, self.value)
-
-    def hexdigest(self) -> str:
-        return f"{self.value:08x}"
-
-
 def check_queue_algorithm(algorithm: str) -> str:
     """``algorithm`` if a queue's ``checksum`` may name it; ValueError naming the choices otherwise."""
+    if algorithm in TOO_NARROW:
+        raise ValueError(f"{algorithm} cannot be a queue's checksum: a record's checksum is its id, and "
+                         f"{TOO_NARROW[algorithm]} bits collide (a second file with the same {algorithm} would be "
+                         f"Ignored, never moved); use xxh128 (as fast) or sha256")
     if algorithm not in HEX_DIGITS:
         raise ValueError(f"unknown checksum algorithm {algorithm!r}; use one of {', '.join(HEX_DIGITS)}")
     return algorithm
@@ -86,8 +78,6 @@ def new_hasher(algorithm: str) -> Hasher:
     """A fresh hasher of ``algorithm`` (see :func:`check_algorithm`)."""
     if algorithm == "xxh128":
         return xxhash.xxh3_128()
-    if algorithm == "adler32":
-        return Adler32()
     # An identity, not a secret: FIPS hosts allow it.
     return hashlib.new(algorithm, usedforsecurity=False)
 

@@ -44,7 +44,8 @@ class QueueSettings(Section):
     action_timeout: float = setting(600.0, gt=0)
     """Seconds one action may run on one record before it counts as failed."""
     checksum: str = DEFAULT_ALGORITHM
-    """The algorithm of the records' checksums: ``md5``, ``sha256``, ``xxh128`` (XXH3-128) or ``adler32``. The
+    """The algorithm of the records' checksums: ``md5``, ``sha256`` or ``xxh128`` (XXH3-128; not adler32: a
+    checksum is the record's id, and 32 bits collide). The
     feeders compute it, the push daemon checks it, the actions verify with it, and a cascade's hand-on names it
     (a next site whose queue uses another refuses the record)."""
     checksum_pattern: str | None = None

@@ -20,9 +20,11 @@ thread of the process, and may get the signal again when that one dies too: a ch
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -48,15 +50,30 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
     return arm
 
 
-SETPRIV = shutil.which("setpriv")
-"""util-linux's ``setpriv`` (``--pdeathsig`` since 2.33), if installed."""
+SETPRIV_PROBE_TIMEOUT = 5.0
+
+
+@functools.cache
+def setpriv_with_pdeathsig() -> str | None:
+    """util-linux's ``setpriv``, if installed and it knows ``--pdeathsig`` (2.33 and later: RHEL 8's 2.32 does
+    not, and would fail every start); looked at once per process."""
+    program = shutil.which("setpriv")
+    if program is None:
+        return None
+    try:
+        probe = subprocess.run([program, "--pdeathsig=TERM", "--", "true"], capture_output=True, check=False,
+                               timeout=SETPRIV_PROBE_TIMEOUT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return program if probe.returncode == 0 else None
 
 
 def dying_with_parent(argv: list[str], signum: int = signal.SIGTERM) -> tuple[list[str], Callable[[], None] | None]:
     """``argv`` and the ``preexec_fn`` that start a child which gets ``signum`` when the thread starting it dies:
-    through ``setpriv --pdeathsig`` (no ``preexec_fn``: the cheap start) when it is installed, else with
+    through ``setpriv --pdeathsig`` (no ``preexec_fn``: the cheap start) when it can, else with
     :func:`die_with_parent`. (``setpriv`` does not look whether the parent died before it armed the signal:
     in that millisecond a child may outlive its parent, and then ends as it would have anyway.)"""
-    if SETPRIV is None:
+    setpriv = setpriv_with_pdeathsig()
+    if setpriv is None:
         return argv, die_with_parent(signum)
-    return [SETPRIV, f"--pdeathsig={signal.Signals(signum).name.removeprefix('SIG')}", "--", *argv], None
+    return [setpriv, f"--pdeathsig={signal.Signals(signum).name.removeprefix('SIG')}", "--", *argv], None

@@ -23,10 +23,10 @@ NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
 WATCHDOG_USEC_ENV = "WATCHDOG_USEC"
 WATCHDOG_PID_ENV = "WATCHDOG_PID"
 WATCHDOG_FRACTION = 0.5
+"""Ping at this fraction of ``WatchdogSec=``, as sd_watchdog_enabled(3) recommends: one late ping is no restart."""
 ONESHOT_SEND_TIMEOUT = 60.0
 """Seconds a oneshot unit's process (``dataq notify-crash``) may spend delivering, within the 90 s systemd gives
 such a unit by default."""
-"""Ping at this fraction of ``WatchdogSec=``, as sd_watchdog_enabled(3) recommends: one late ping is no restart."""
 SEND_TIMEOUT = 2.0
 """Seconds a notification may wait for room in systemd's socket queue before it is given up (and logged)."""
 STALL_AFTER = 60.0

@@ -71,6 +71,22 @@ def test_a_batching_action_gets_enough_records_at_once_to_fill_its_batches(tmp_p
     assert running_at_once(4, build(("noop",))) == 4, "per-record actions run [pop] concurrency at once"
 
 
+@dataclass(frozen=True)
+class CompressingOptions:
+    algorithm: str = "zstd"
+
+
+class CompressingAction(Action[CompressingOptions]):
+    Options = CompressingOptions
+
+
+def test_a_sites_action_may_have_an_option_named_algorithm_on_a_queue_of_another_checksum(tmp_path: Path) -> None:
+    (action,) = build((f"{__name__}:CompressingAction",), checksum="xxh128")
+    assert action.options.algorithm == "zstd" and action.algorithm == "xxh128"
+    with pytest.raises(ConfigError, match="checksum algorithm 'sha256' is not the queue's checksum 'xxh128'"):
+        build(("disk_store",), {"disk_store": {"root": str(tmp_path), "algorithm": "sha256"}}, checksum="xxh128")
+
+
 def test_an_inline_argument_sets_the_option_the_action_names() -> None:
     (sleep,) = build(("sleep:0.25",))
     assert sleep.options.seconds == 0.25

@@ -101,12 +101,24 @@ time.sleep(600)
         parent.stdout.close()
 
 
-def test_a_child_is_armed_by_setpriv_when_installed_else_by_a_preexec_function(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_is_armed_by_setpriv_when_it_knows_pdeathsig_else_by_a_preexec_function(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # setpriv lets Python start the child with vfork: a preexec function forces a fork of the whole daemon.
-    monkeypatch.setattr(children, "SETPRIV", "/usr/bin/setpriv")
+    monkeypatch.setattr(children, "setpriv_with_pdeathsig", lambda: "/usr/bin/setpriv")
     assert children.dying_with_parent(["rsync", "-a"]) == (
         ["/usr/bin/setpriv", "--pdeathsig=TERM", "--", "rsync", "-a"], None)
-    monkeypatch.setattr(children, "SETPRIV", None)
+    monkeypatch.setattr(children, "setpriv_with_pdeathsig", lambda: None)
     argv, preexec = children.dying_with_parent(["rsync", "-a"], signal.SIGHUP)
     assert argv == ["rsync", "-a"] and callable(preexec)
+
+
+def test_a_setpriv_older_than_pdeathsig_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    older = tmp_path / "setpriv"  # util-linux 2.32 (RHEL 8): "unrecognized option '--pdeathsig=TERM'", status 1
+    older.write_text("#!/bin/sh\necho \"setpriv: unrecognized option '$1'\" >&2\nexit 1\n")
+    older.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    children.setpriv_with_pdeathsig.cache_clear()
+    try:
+        assert children.setpriv_with_pdeathsig() is None
+    finally:
+        children.setpriv_with_pdeathsig.cache_clear()
