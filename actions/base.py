@@ -27,6 +27,7 @@ without a default is a required key. An options field named ``timeout`` (seconds
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ class Action(Generic[OptionsT]):
     def queue(self) -> QueueSettings:
         return self.context.queue
 
-    @property
+    @functools.cached_property
     def algorithm(self) -> str:
         """The algorithm of the records' checksums: the queue's ``checksum``, unless the action's own (older)
         ``algorithm`` option names another for a queue left at md5."""

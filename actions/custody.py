@@ -30,7 +30,6 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from dataq.errors import DataqError, Retryable
 from dataq.feed.receipts_client import OlderPeer, ask
@@ -45,6 +44,7 @@ from dataq.store.custody import CustodyEntry, Settle
 from .base import ActionContext, Custody
 from .batcher import MicroBatcher
 from .handon import HandOn, parse_site
+from .move_options import NetworkMoveOptions
 
 _RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
@@ -251,7 +251,7 @@ def remove_if_unchanged(entry: CustodyEntry) -> None:
 class SenderCustody:
     """What ``network_move`` does for custody: keep each record it hands on, and run the keeper beside it."""
 
-    def __init__(self, hand_on: HandOn, context: ActionContext, options: MoveCustodyOptions) -> None:
+    def __init__(self, hand_on: HandOn, context: ActionContext, options: NetworkMoveOptions) -> None:
         self.hand_on, self.context, self.options = hand_on, context, options
         self.keeper: CustodyKeeper | None = None
         self._stop = asyncio.Event()
@@ -311,31 +311,3 @@ class SenderCustody:
         self._stop.set()
         if self.keeper is not None:
             await self.keeper.close()
-
-
-class MoveCustodyOptions(Protocol):
-    """The options of ``network_move`` that custody reads."""
-
-    @property
-    def next_sites(self) -> tuple[str, ...]: ...
-
-    @property
-    def custody(self) -> bool: ...
-
-    @property
-    def custody_max(self) -> int: ...
-
-    @property
-    def handon_timeout(self) -> float: ...
-
-    @property
-    def resend_after(self) -> float: ...
-
-    @property
-    def receipt_interval(self) -> float: ...
-
-    @property
-    def receipt_alarm(self) -> float: ...
-
-    @property
-    def after_receipt(self) -> bool: ...
