@@ -142,7 +142,8 @@ def _watch(settings: Settings, watch_dir: str, spool_dir: str | None, chosen: li
     context = _exit_on_error(lambda: client_tls_context(*tls) if (tls[0] or tls[1]) else None)
     link = Link(tuple(chosen), window=window, tls=context, timeout=fed.timeout, failback_after=fed.failback_after)
     spool = spool_dir or spool_dir_for(fed, options.root, settings.data_dir)
-    run_command(watch_command(options, spool, link, rules))
+    metrics = (settings.metrics.host, fed.metrics_port_for(options.root)) if settings.metrics.enabled else None
+    run_command(watch_command(options, spool, link, rules, metrics))
 
 
 def _targets(settings: Settings, queue: str, host: str | None, port: int | None,

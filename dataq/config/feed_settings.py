@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dataq.addresses import parse_host_port
+from dataq.addresses import MAX_PORT, parse_host_port
 from dataq.config.loader import Invalid, Section, absolute, setting, together
 
 DEFAULT_FEED_WINDOW = 1000
+DEFAULT_FEED_METRICS_PORT = 9110
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,11 @@ class FeedSettings(Section):
     """Client certificate for mutual TLS."""
     tls_key: str | None = None
     """Key of ``tls_cert``."""
+    metrics_port: int = setting(DEFAULT_FEED_METRICS_PORT, ge=0, le=MAX_PORT)
+    """Port of the metrics endpoint of the first directory's feeder; the feeder of the n-th directory of
+    ``directories`` serves on ``metrics_port + n - 1``, and one of another directory tries ``metrics_port`` (a port
+    taken is logged, and an ephemeral one served instead; 0: always ephemeral). Served on ``[metrics] host`` when
+    ``[metrics] enabled``."""
 
     def _check(self) -> None:
         object.__setattr__(self, "directories", tuple(os.path.normpath(d) for d in self.directories))
@@ -67,6 +73,17 @@ class FeedSettings(Section):
                 raise Invalid("targets", f"key '{{key}}': {exc}") from None
         absolute(self.spool, "spool")
         together(self, "tls_cert", "tls_key")
+        if self.metrics_port and self.metrics_port + max(0, len(self.directories) - 1) > MAX_PORT:
+            raise Invalid("metrics_port", f"key '{{key}}' ({self.metrics_port}) leaves no port up to {MAX_PORT} for "
+                          f"each of the {len(self.directories)} directories' feeders")
+
+    def metrics_port_for(self, directory: str) -> int:
+        """The metrics port of the feeder watching ``directory``: one port per configured directory, in order."""
+        if not self.metrics_port:
+            return 0
+        normal = os.path.normpath(os.path.abspath(directory))
+        index = self.directories.index(normal) if normal in self.directories else 0
+        return self.metrics_port + index
 
 
 def parse_target(text: str) -> tuple[str, int]:

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from dataq.errors import DataqError
 from dataq.feed.client import (
@@ -29,6 +29,9 @@ from dataq.record import Record, RecordRules
 from dataq.runtime.signals import install_stop_signals
 from dataq.runtime.supervise import Supervisor
 from dataq.runtime.systemd import ready, run_watchdog, stopping, watchdog_interval
+
+if TYPE_CHECKING:
+    from dataq.feed.metrics import FeedMetrics
 
 PROGRESS_INTERVAL = 0.25
 """Seconds between two redraws of the progress line."""
@@ -154,10 +157,30 @@ async def feed_command(
     return 0 if result.ok and not local_errors else 1
 
 
-async def watch_command(options: WatchOptions, spool: str, link: Link, rules: RecordRules) -> int:
+async def watch_command(options: WatchOptions, spool: str, link: Link, rules: RecordRules,
+                        metrics_at: tuple[str, int] | None = None) -> int:
     """``dataq feed --watch``: feed the directory's complete files until SIGTERM or SIGINT; under systemd, ready
     once the spool is open and the directory watched, and pinging the watchdog while the event loop turns. Like the
-    other daemons, an error of a part nothing awaits stops it (exit status 1), through a supervisor."""
+    other daemons, an error of a part nothing awaits stops it (exit status 1), through a supervisor. With
+    ``metrics_at`` (host, port), its metrics are served there."""
+    metrics, server = None, None
+    if metrics_at is not None:
+        # Imported here: a one-shot feed serves no metrics, and starts faster without prometheus-client.
+        from dataq.feed.metrics import FeedMetrics
+        from dataq.ops.metrics import serve_metrics
+
+        metrics = FeedMetrics(options.root, spool, link.names())
+        server = await serve_metrics(metrics.registry, *metrics_at)
+    try:
+        return await _watch(options, spool, link, rules, metrics)
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.close)
+
+
+async def _watch(options: WatchOptions, spool: str, link: Link, rules: RecordRules,
+                 metrics: FeedMetrics | None) -> int:
+    """The watch itself, between the metrics endpoint's start and its end."""
     stop = asyncio.Event()
     install_stop_signals(stop)
     supervisor = Supervisor(stop)
@@ -175,7 +198,8 @@ async def watch_command(options: WatchOptions, spool: str, link: Link, rules: Re
         await ready(f"watching {options.root}")
 
     try:
-        status = await watch_and_forward(options, spool, link, stop, rules=rules, on_watching=watching)
+        status = await watch_and_forward(options, spool, link, stop, rules=rules, on_watching=watching,
+                                         metrics=metrics)
     finally:
         await stopping()
         await supervisor.cancel()

@@ -83,6 +83,14 @@ class Forwarder:
         """Replies since the start: pushed, ignored, refused."""
         self.answered = 0
         """Records taken out of the spool since the start (answered, settled)."""
+        self.connected_to: str | None = None
+        """``host:port`` of the push daemon connected to; None while none is reachable (the feeder's metrics)."""
+        self.last_answered_at: float | None = None
+        """Unix time of the last record a push daemon acknowledged."""
+
+    def replies(self) -> tuple[int, int]:
+        """Records acknowledged (pushed or ignored) and refused since the start."""
+        return self.counts["pushed"] + self.counts["ignored"], self.counts["refused"]
 
     def wake(self) -> None:
         """Records were added to the spool."""
@@ -185,6 +193,7 @@ class Forwarder:
             self._refused.append((row.seq, reply.detail))
         else:
             self._done.append(row.seq)
+            self.last_answered_at = time.time()
         if len(self._done) >= SETTLE_BATCH:
             self._settle_now.set()
 
@@ -192,10 +201,12 @@ class Forwarder:
         now = time.time()
         if up:
             self._connected.set()
+            self.connected_to = detail
             self._outage_since = None
             self._link_notes.update(connected=detail, connected_at=now, outage_since=None)
         else:
             self._connected.clear()
+            self.connected_to = None
             if self._outage_since is None:
                 self._outage_since = now
             self._link_notes.update(last_error=detail, last_error_at=now, outage_since=self._outage_since)

@@ -16,6 +16,7 @@ import ssl
 from collections import Counter
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dataq.config.feed_settings import FeedSettings
 from dataq.errors import SpoolError
@@ -28,6 +29,9 @@ from dataq.feed.watch import Watcher, WatchOptions
 from dataq.logs import get_logger
 from dataq.record import DEFAULT_RULES, Record, RecordRules
 from dataq.runtime.systemd import path_instance
+
+if TYPE_CHECKING:
+    from dataq.feed.metrics import FeedMetrics
 
 SHUTDOWN_GRACE = 10.0
 """Seconds a stopping feeder gives the records in flight to be answered."""
@@ -51,6 +55,10 @@ class Link:
     timeout: float = CONNECT_TIMEOUT
     failback_after: float = FAILBACK_AFTER
 
+    def names(self) -> list[str]:
+        """The push daemons as ``host:port``, in the order tried (as the link names the one it reaches)."""
+        return [f"{host}:{port}" for host, port in self.targets]
+
     def forwarder(self, spool: Spool) -> Forwarder:
         return Forwarder(spool, self.targets, window=self.window, tls=self.tls, timeout=self.timeout,
                          failback_after=self.failback_after)
@@ -65,12 +73,16 @@ async def watch_and_forward(
     rules: RecordRules = DEFAULT_RULES,
     grace: float = SHUTDOWN_GRACE,
     on_watching: Callable[[], Awaitable[None]] | None = None,
+    metrics: FeedMetrics | None = None,
 ) -> int:
     """Feed the complete files under ``options.root`` until ``stop`` is set (or the watch fails); ``on_watching``
-    is awaited once the spool is open and the directory watched (a file closed from then on is fed)."""
+    is awaited once the spool is open and the directory watched (a file closed from then on is fed); ``metrics``
+    are told of the forwarder, whose link and replies they export."""
     spool = await Spool(spool_dir).open()
     try:
         forwarder = link.forwarder(spool)
+        if metrics is not None:
+            metrics.link = forwarder
 
         async def listed(paths: Iterable[str]) -> None:
             try:
@@ -84,7 +96,7 @@ async def watch_and_forward(
         watcher = Watcher(options, on_listed=listed, on_watching=on_watching)
         intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later)
         log.info("feeding", directory=options.root, spool=spool.directory,
-                 targets=[f"{host}:{port}" for host, port in link.targets])
+                 targets=link.names())
         ending = asyncio.Event()
         sending = asyncio.create_task(forward_until_stopped(forwarder, ending, grace), name="send")
         taking = asyncio.create_task(intake.take_files(watcher.paths()), name="take")

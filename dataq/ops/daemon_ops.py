@@ -9,11 +9,11 @@ import asyncio
 from collections.abc import Sequence
 
 from dataq.config import Settings
-from dataq.errors import DataqError, StoreUnavailable
+from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.health import replication_problems
 from dataq.ops.mail import MailNotifier
-from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals
+from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals, serve_metrics
 from dataq.ops.notices import LogNotifier, Notifier
 from dataq.ops.watches import FailureWatch, RedisDownWatch
 from dataq.runtime import systemd
@@ -54,7 +54,8 @@ class DaemonOps:
         watchdog pinged while every ``liveness`` check holds."""
         config = self.settings.metrics
         if config.enabled:
-            self._server = await self._serve_metrics(config.host, config.port_for(self.role))
+            self._server = await serve_metrics(self.metrics.registry, config.host, config.port_for(self.role))
+            self.metrics_url = self._server.url if self._server is not None else None
         if self.mail is not None:
             supervisor.start("mail", self.mail.run, until=until)
         supervisor.start("redis-watch", lambda: self._watch_redis(store, until), until=until)
@@ -63,21 +64,6 @@ class DaemonOps:
         interval = systemd.watchdog_interval()
         if interval is not None:
             supervisor.start("watchdog", lambda: systemd.run_watchdog(interval, until, liveness), until=until)
-
-    async def _serve_metrics(self, host: str, port: int) -> MetricsServer | None:
-        for candidate in dict.fromkeys((port, 0)):
-            server = MetricsServer(self.metrics.registry, host, candidate)
-            try:
-                await asyncio.to_thread(server.start)
-            except DataqError as exc:
-                # Two daemons of one role on a host cannot share the port; the second takes a free one and
-                # says where (the worker registry shows it too).
-                log.warning("metrics port unavailable", port=candidate, error=str(exc))
-                continue
-            self.metrics_url = server.url
-            log.info("metrics served", url=self.metrics_url)
-            return server
-        return None
 
     async def _probe(self, store: QueueStore) -> str | None:
         """Why Redis cannot be read now (None: it can); with metrics served, the read refreshes their gauges."""
@@ -112,6 +98,7 @@ class DaemonOps:
             except StoreUnavailable:
                 continue  # the Redis watch reports an outage
             problems = replication_problems(status)
+            self.metrics.replication(status.online, len(problems))
             if problems and problems != reported:
                 log.warning("replication degraded", problems=problems, master=status.master)
             elif reported and not problems:

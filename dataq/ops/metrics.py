@@ -15,11 +15,13 @@ and why:
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import math
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -33,6 +35,7 @@ from dataq.errors import DataqError, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.custody_metrics import custody_families, is_receipt_counter
 from dataq.ops.health import Rates, rates
+from dataq.ops.process_metrics import add_process_collectors
 from dataq.store import QueueStore
 from dataq.store.types import Summary
 
@@ -61,9 +64,19 @@ FLAG = "dataq_flag"
 WORKERS = "dataq_workers"
 QUEUE_EVENTS = "dataq_queue_events_total"
 QUEUE_RATE = "dataq_queue_rate_per_minute"
+OLDEST_AGE = "dataq_queue_oldest_age_seconds"
+ACTION_BYTES = "dataq_action_bytes_total"
+REPLICAS = "dataq_replication_replicas"
+REPLICATION_PROBLEMS = "dataq_replication_problems"
+DAEMON_METRICS = (PUSHED, DUPLICATES, INPUT_ERRORS, DONE, FAILED, DEACTIVATED, WAITED, UNREACHABLE, ACTION_DURATION,
+                  CLAIM_LATENCY, REDIS_RECONNECTS, REDIS_UP, QUEUE_LENGTH, FLAG, WORKERS, QUEUE_EVENTS, QUEUE_RATE,
+                  OLDEST_AGE, ACTION_BYTES, REPLICAS, REPLICATION_PROBLEMS)
+"""The families of the push and pop daemons' own (besides custody's and the process's)."""
 
 ROLES = ("push", "pop")
 QUEUE_LISTS = ("active", "inactive", "delayed", "in_flight", "tracked")
+WAITING_LISTS = ("active", "delayed")
+"""The lists whose oldest record's age is exported: the backlog, and the records waiting out a retry delay."""
 TOTALS: Mapping[str, tuple[tuple[str, str, str], ...]] = {
     "push": ((PUSHED, "pushed", "Records stored and queued by this push daemon."),
              (DUPLICATES, "duplicate", "Records ignored because their id was already tracked."),
@@ -123,8 +136,11 @@ class DaemonMetrics:
         self._rates: Rates | None = None
         self._redis_up = False
         self._unreachable: dict[str, bool] = {}
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
+        self._bytes: dict[tuple[str, str], int] = {}
+        self._oldest: dict[str, float] = {}
+        self._replication: tuple[int, int] | None = None
+        self.registry = add_process_collectors(CollectorRegistry(auto_describe=False))
+        self.registry.register(FamiliesCollector(self.families))
 
     # --- what the daemon tells ---------------------------------------------------------------------------
 
@@ -137,6 +153,15 @@ class DaemonMetrics:
         if series is None:
             series = self._action_durations[action] = Buckets(ACTION_BUCKETS)
         series.observe(seconds)
+
+    def action_bytes(self, action: str, destination: str, size: int) -> None:
+        """Count the bytes of a record an action completed, by where it sent them."""
+        key = (action, destination)
+        self._bytes[key] = self._bytes.get(key, 0) + size
+
+    def replication(self, replicas: int, problems: int) -> None:
+        """The replicas connected to the master and the problems seen now (0: replication is healthy)."""
+        self._replication = (replicas, problems)
 
     def redis_reconnect(self) -> None:
         self.reconnects += 1
@@ -151,17 +176,20 @@ class DaemonMetrics:
         try:
             summary = await store.summary()
             recent = await rates(store)
+            oldest = await store.oldest_pushed()
         except StoreUnavailable as exc:
             self._redis_up = False
             log.debug("queue gauges not refreshed: redis unavailable", error=str(exc))
             return str(exc)
-        self.set_summary(summary, recent)
+        self.set_summary(summary, recent, oldest)
         return None
 
-    def set_summary(self, summary: Summary, recent: Rates | None = None) -> None:
-        """Cache the queue's state and its rates over the last minute as read from Redis (which is therefore
-        up)."""
+    def set_summary(self, summary: Summary, recent: Rates | None = None,
+                    oldest: Mapping[str, float] | None = None) -> None:
+        """Cache the queue's state, its rates over the last minute and when the oldest record of each waiting list
+        was pushed, as read from Redis (which is therefore up)."""
         self._summary, self._rates, self._redis_up = summary, recent, True
+        self._oldest = dict(oldest or {})
 
     # --- what a scrape reads -----------------------------------------------------------------------------
 
@@ -188,6 +216,12 @@ class DaemonMetrics:
             for destination, down in list(self._unreachable.items()):
                 unreachable.add_metric([q, destination], 1 if down else 0)
             yield unreachable
+            moved = CounterMetricFamily(ACTION_BYTES, "Bytes of the records each action completed, by destination "
+                                        "(the action's name when it has none).",
+                                        labels=["queue", "action", "destination"])
+            for (action, destination), size in list(self._bytes.items()):
+                moved.add_metric([q, action, destination], size)
+            yield moved
         yield _one(GaugeMetricFamily(REDIS_UP, "1 if the last read of the queue state from Redis succeeded.",
                                      labels=["queue"]), [q], 1 if self._redis_up else 0)
         summary = self._summary
@@ -197,6 +231,21 @@ class DaemonMetrics:
         for name in QUEUE_LISTS:
             lengths.add_metric([q, name], getattr(summary, name))
         yield lengths
+        now = time.time()
+        ages = GaugeMetricFamily(OLDEST_AGE, "Seconds since the push of the longest-waiting record of the list (0: "
+                                 "empty): active is the backlog, delayed the records waiting out a retry delay.",
+                                 labels=["queue", "list"])
+        for name in WAITING_LISTS:
+            pushed = self._oldest.get(name)
+            ages.add_metric([q, name], 0.0 if pushed is None else max(0.0, now - pushed))
+        yield ages
+        if self._replication is not None:
+            replicas, problems = self._replication
+            yield _one(GaugeMetricFamily(REPLICAS, "Replicas connected to the queue's Redis master.",
+                                         labels=["queue"]), [q], replicas)
+            yield _one(GaugeMetricFamily(REPLICATION_PROBLEMS, "Problems of the master's replicas, sentinels or "
+                                         "cluster seen now (0: replication is healthy).", labels=["queue"]),
+                       [q], problems)
         flags = GaugeMetricFamily(FLAG, "1 if the queue's flag (read, action) is on.", labels=["queue", "flag"])
         flags.add_metric([q, "read"], 1 if summary.read else 0)
         flags.add_metric([q, "action"], 1 if summary.action else 0)
@@ -225,14 +274,14 @@ def _one(family: Any, labels: list[str], value: float) -> Metric:
     return metric
 
 
-class _Collector:
-    """prometheus-client's custom-collector protocol: every family of one daemon, at each scrape."""
+class FamiliesCollector:
+    """prometheus-client's custom-collector protocol over a function that yields the families, at each scrape."""
 
-    def __init__(self, metrics: DaemonMetrics) -> None:
-        self._metrics = metrics
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self._families = families
 
     def collect(self) -> Iterable[Metric]:
-        return list(self._metrics.families())
+        return list(self._families())
 
 
 class _Handler(WSGIRequestHandler):
@@ -291,6 +340,23 @@ class MetricsServer:
             with contextlib.suppress(RuntimeError):
                 self._thread.join()
             self._thread = None
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> MetricsServer | None:
+    """Serve ``registry`` on ``host:port``, or on an ephemeral port when that one cannot be bound (logged, with the
+    URL taken); None when neither can be (metrics are never worth stopping a daemon for)."""
+    for candidate in dict.fromkeys((port, 0)):
+        server = MetricsServer(registry, host, candidate)
+        try:
+            await asyncio.to_thread(server.start)
+        except DataqError as exc:
+            # Two daemons of one role on a host cannot share the port; the second takes a free one and says where
+            # (the worker registry shows it too).
+            log.warning("metrics port unavailable", port=candidate, error=str(exc))
+            continue
+        log.info("metrics served", url=server.url)
+        return server
+    return None
 
 
 class _V4Server(ThreadingWSGIServer):

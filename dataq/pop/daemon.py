@@ -109,7 +109,7 @@ class PopDaemon:
             self._configured,
             self.ops.notifier,
             self._beat,
-            observe_action=self.ops.metrics.action_duration,
+            observe_action=self._action_ran,
             observe_claim=self._claimed,
             on_failure=self.ops.failure_watch.failed,
             breakers=breakers,
@@ -145,6 +145,12 @@ class PopDaemon:
                  down_for=round(down_for, 1), probes=outage.probes)
         self.ops.metrics.destination_unreachable(outage.destination, False)
         self.ops.notifier.post(reachable_notice(self.queue_name, self.worker_id, outage.destination, down_for))
+
+    def _action_ran(self, action: Action[Any], record: Record, seconds: float, succeeded: bool) -> None:
+        metrics = self.ops.metrics
+        metrics.action_duration(action.name, seconds)
+        if succeeded:
+            metrics.action_bytes(action.name, action.destination(record) or action.name, record.size)
 
     def _claimed(self, record: Record) -> None:
         if record.pushed_at is not None:

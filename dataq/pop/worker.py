@@ -53,8 +53,8 @@ log = get_logger()
 
 
 _ActionRun = Callable[[Record], Awaitable[object]]
-ActionObserver = Callable[[str, float], None]
-"""Told how long each action took on a record (action name, seconds), whatever its outcome."""
+ActionObserver = Callable[[Action[Any], Record, float, bool], None]
+"""Told of each action run on a record: the action, the record, the seconds it took, and whether it succeeded."""
 ClaimObserver = Callable[[Record], None]
 """Told of each record as it is claimed (the claim-latency histogram listens here)."""
 
@@ -66,11 +66,14 @@ async def run_actions(
     failure."""
     for action in actions:
         started = time.monotonic()
+        succeeded = False
         try:
             failure = await _run_one(action, record, deadlines)
+            succeeded = failure is None
         finally:
+            # Cancelled (a shutdown), the action still took its time, but did not succeed.
             if observe is not None:
-                observe(action.name, time.monotonic() - started)
+                observe(action, record, time.monotonic() - started, succeeded)
         if failure is not None:
             return failure
     return None

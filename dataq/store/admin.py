@@ -159,6 +159,35 @@ class AdminOps(StoreBase):
             custody_sites={site: int(count) for site, count in sites.items()},
         )
 
+    @translated
+    async def oldest_pushed(self) -> dict[str, float]:
+        """When the longest-waiting record of the active and of the delayed list was pushed (unix time); an empty
+        list is left out. Keyed ``active`` and ``delayed``, as the lists are named in the metrics.
+
+        Only each list's two ends are looked at (active: the next to run and the last in line; delayed: the first
+        and the last due), so the read is O(1) however long the backlog: records enter a list at one end and leave
+        at the other, so the oldest is at an end, except a record put back in line after a failure, which counts
+        again once it reaches one. Two round trips: the ends, then their records (one claimed in between is
+        skipped)."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=True)
+        pipe.lrange(k.active, 0, 0)
+        pipe.lrange(k.active, -1, -1)
+        pipe.zrange(k.delayed, 0, 0)
+        pipe.zrange(k.delayed, -1, -1)
+        first, last, first_due, last_due = await pipe.execute()
+        ends = {"active": {*first, *last}, "delayed": {*first_due, *last_due}}
+        ids = [record_id for found in ends.values() for record_id in found]
+        if not ids:
+            return {}
+        pushed = {record.checksum: record.pushed_at for record in await self._records_for(ids)}
+        oldest: dict[str, float] = {}
+        for which, found in ends.items():
+            times = [at for record_id in found if (at := pushed.get(record_id)) is not None]
+            if times:
+                oldest[which] = min(times)
+        return oldest
+
     async def _records_for(self, ids: list[str]) -> list[Record]:
         if not ids:
             return []

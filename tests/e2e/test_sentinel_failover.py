@@ -8,6 +8,7 @@ sometimes fail over once more to it: see :meth:`SentinelTopology.restart_killed`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from dataq.store import QueueStore
 from testbed.sentinel import SentinelTopology
 from testbed.waits import eventually
 from tests.cli_support import cli_with
+from tests.e2e.test_suite import scrape
 from tests.helpers import make_records
 from tests.pop_support import pop_daemon
 from tests.push_support import LOOPBACK, every_record_pushed_and_active, feed_across, start_push
@@ -115,6 +117,11 @@ async def test_one_sentinel_down_changes_nothing_but_a_warning(
                 return any(entry["event"] == "replication degraded" for entry in logs)
 
             await eventually(warned)
+            # The replication alert's metrics say the same: the master's replica is there, one problem is not.
+            (url,) = [str(worker.info["metrics"]) for worker in await ha_store.workers()]
+            scraped = await asyncio.to_thread(scrape, url)
+            assert scraped[f'dataq_replication_replicas{{queue="{ha_store.queue}"}}'] == 1
+            assert scraped[f'dataq_replication_problems{{queue="{ha_store.queue}"}}'] == 1
         finally:
             await daemon.shutdown()
     assert (result.pushed, result.errors) == (100, 0)

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataq.embedded.redis_server import find_running, free_port
 from dataq.feed.client import Feeder
+from dataq.ops.exported import EXPORTED_METRICS
 from dataq.runtime.systemd import path_instance
 from dataq.store import Flag, QueueStore
 from testbed.waits import eventually
@@ -157,7 +158,23 @@ async def test_daemons_tell_the_service_manager_they_are_ready_and_count_their_w
     pop = scrape(urls["pop"])
     assert pop['dataq_records_done_total{queue="transfer"}'] == 120
     assert pop['dataq_action_duration_seconds_count{action="echo",queue="transfer"}'] == 120
+    # echo names no destination of its own: its bytes are counted under its name.
+    assert pop['dataq_action_bytes_total{action="echo",destination="echo",queue="transfer"}'] == sum(
+        record.size for record in records)
     assert pop['dataq_flag{flag="action",queue="transfer"}'] == 1
+    assert pop['dataq_queue_oldest_age_seconds{list="active",queue="transfer"}'] == 0
+    for daemon in (push, pop):
+        assert daemon["process_resident_memory_bytes{}"] > 0
+        assert {family(name) for name in daemon} <= EXPORTED_METRICS
+
+
+def family(sample: str) -> str:
+    """The family a sample of :func:`scrape` belongs to, as :data:`EXPORTED_METRICS` names it."""
+    name = sample.partition("{")[0]
+    for suffix in ("_bucket", "_sum", "_count", "_created"):
+        if name.endswith(suffix) and name.removesuffix(suffix) in EXPORTED_METRICS:
+            return name.removesuffix(suffix)
+    return name
 
 
 @pytest.mark.timeout(60)

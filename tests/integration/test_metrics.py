@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 from dataq.embedded.redis_server import free_port
 from dataq.errors import DataqError
 from dataq.ops.metrics import DaemonMetrics, MetricsServer
-from dataq.store import FailOutcome, Flag, QueueStore
+from dataq.store import FailOutcome, Flag, QueueStore, RetryPolicy
 from tests.helpers import make_records
 
 WORKER = "host:1:pop:abc"
@@ -199,3 +199,40 @@ async def test_a_port_in_use_is_a_clear_error() -> None:
             MetricsServer(DaemonMetrics("transfer", "push", dict).registry, port=port).start()
     finally:
         first.close()
+
+
+async def test_the_backlog_age_is_the_time_since_the_oldest_waiting_record_was_pushed(
+    store: QueueStore, served: Served
+) -> None:
+    metrics, _, port = served
+    await metrics.refresh(store)
+    empty = await scrape(port)
+    assert sample(empty, "dataq_queue_oldest_age_seconds", queue="transfer", list="active") == 0
+    assert sample(empty, "dataq_queue_oldest_age_seconds", queue="transfer", list="delayed") == 0
+
+    await store.push_batch(make_records(3), "test")
+    pushed = time.time()
+    await asyncio.sleep(0.3)
+    await store.push_batch(make_records(3, start=3), "test")  # newer: the oldest stays the first three's
+    await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+    claim = await store.claim(WORKER, 1)
+    # The claimed record waits out a delay: it is no longer in the backlog, but in the delayed list.
+    await store.fail(WORKER, [(claim.records[0].id, "boom")], max_errors=5, retry=RetryPolicy(delay=600))
+    await metrics.refresh(store)
+    after = await scrape(port)
+    waited = time.time() - pushed
+    active = sample(after, "dataq_queue_oldest_age_seconds", queue="transfer", list="active")
+    delayed = sample(after, "dataq_queue_oldest_age_seconds", queue="transfer", list="delayed")
+    assert 0.3 <= active <= waited + 0.05
+    assert 0.3 <= delayed <= waited + 0.05
+
+
+async def test_bytes_are_counted_per_action_and_destination(served: Served) -> None:
+    metrics, _, port = served
+    metrics.action_bytes("network_move", "rsync://valley/incoming", 1000)
+    metrics.action_bytes("network_move", "rsync://valley/incoming", 24)
+    metrics.action_bytes("disk_store", "/archive", 7)
+    samples = await scrape(port)
+    moved, q = "dataq_action_bytes_total", {"queue": "transfer"}
+    assert sample(samples, moved, action="network_move", destination="rsync://valley/incoming", **q) == 1024
+    assert sample(samples, moved, action="disk_store", destination="/archive", **q) == 7

@@ -52,6 +52,16 @@ def test_targets_and_options_are_taken(tmp_path: Path) -> None:
         ("10.0.0.5:9988", "[::1]:9989"), 30.0, True, ("*.fits",), "transfer")
 
 
+def test_each_configured_feeder_has_a_metrics_port_of_its_own_in_the_order_of_the_directories(
+    tmp_path: Path,
+) -> None:
+    feed = load(tmp_path, '[feed]\ndirectories = ["/data/a", "/data/b/"]\nmetrics_port = 9300\n').feed
+    assert [feed.metrics_port_for(d) for d in ("/data/a", "/data/b", "/data/b/", "/elsewhere")] == [
+        9300, 9301, 9301, 9300]
+    assert FeedSettings().metrics_port_for("/data/a") == 9110
+    assert load(tmp_path, "[feed]\nmetrics_port = 0\n").feed.metrics_port_for("/data/a") == 0
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -65,6 +75,9 @@ def test_targets_and_options_are_taken(tmp_path: Path) -> None:
         ("[feed]\nwindow = 0", "key 'feed.window' must be"),
         ('[feed]\ntls_cert = "/c.pem"', "keys 'feed.tls_cert' and 'feed.tls_key' must be given together"),
         ("[feed]\nwatch = 1", "unknown key 'feed.watch'"),
+        ('[feed]\ndirectories = ["/a", "/b"]\nmetrics_port = 65535',
+         "key 'feed.metrics_port' (65535) leaves no port up to 65535 for each of the 2 directories' feeders"),
+        ("[feed]\nmetrics_port = 70000", "key 'feed.metrics_port' must be"),
     ],
 )
 def test_each_mistake_is_an_error_naming_the_key(tmp_path: Path, text: str, expected: str) -> None:

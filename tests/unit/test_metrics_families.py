@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dataq.ops.exported import EXPORTED_METRICS
 from dataq.ops.health import Rates
 from dataq.ops.metrics import DaemonMetrics
 from dataq.store.types import Summary
@@ -97,3 +100,38 @@ def test_an_unreachable_destination_is_1_while_it_lasts_and_0_once_it_is_back() 
     metrics.destination_unreachable("rsync://valley/m", False)
     assert samples(metrics)[key] == 0
     assert samples(metrics)["dataq_records_waited_total", frozenset({("queue", "transfer")})] == 12
+
+
+EMPTY = Summary("transfer", active=0, inactive=0, delayed=0, in_flight=0, tracked=0, action=True, read=True,
+                workers=1, counters={})
+
+
+def test_replication_is_exported_once_a_highly_available_daemon_has_looked_at_it() -> None:
+    metrics = DaemonMetrics("transfer", "push", dict)
+    metrics.set_summary(EMPTY)
+    assert not any(name.startswith("dataq_replication") for name, _ in samples(metrics))
+    metrics.replication(replicas=1, problems=2)
+    got = samples(metrics)
+    assert got["dataq_replication_replicas", frozenset({("queue", "transfer")})] == 1
+    assert got["dataq_replication_problems", frozenset({("queue", "transfer")})] == 2
+
+
+def test_the_age_of_a_waiting_list_counts_from_its_oldest_push_and_is_0_when_empty() -> None:
+    metrics = DaemonMetrics("transfer", "pop", dict)
+    metrics.set_summary(EMPTY, oldest={"active": time.time() - 120})
+    got = samples(metrics)
+    q = ("queue", "transfer")
+    assert 120 <= got["dataq_queue_oldest_age_seconds", frozenset({q, ("list", "active")})] < 125
+    assert got["dataq_queue_oldest_age_seconds", frozenset({q, ("list", "delayed")})] == 0
+
+
+def test_every_daemon_exports_its_process_and_only_families_the_exported_list_names() -> None:
+    for role in ("push", "pop"):
+        metrics = DaemonMetrics("transfer", role, dict)
+        metrics.set_summary(EMPTY, oldest={})
+        metrics.replication(1, 0)
+        text = generate_latest(metrics.registry).decode()
+        families = {family.name + ("_total" if family.type == "counter" else "")
+                    for family in text_string_to_metric_families(text)}
+        assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "python_info"} <= families
+        assert families <= EXPORTED_METRICS
