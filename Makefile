@@ -13,11 +13,11 @@ COMMA := ,
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
 # packages, each installed only when missing; the tests also get redis-cli (which creates their Redis Clusters),
-# Chromium and its chromedriver (the web console's browser tests), lsyncd (bench/lsyncd.py's side-by-side), and
-# systemd-nspawn with Debian's own Python
-# venv (the units' tests boot systemd in a container, with dataq in a virtualenv there), which running dataq does
-# not need. policy-rc.d keeps apt from
-# starting a system-wide redis-server that nobody asked for.
+# Chromium and its chromedriver (the web console's browser tests), lsyncd (bench/lsyncd.py's side-by-side),
+# systemd-nspawn with Debian's own Python venv (the units' tests boot systemd in a container, with dataq in a
+# virtualenv there), and Prometheus (promtool checks and tests config/prometheus/'s rules; the monitoring tests
+# run a prometheus server on loopback), which running dataq does not need. policy-rc.d keeps apt from starting a
+# system-wide redis-server or prometheus that nobody asked for.
 system-deps:
 	@missing=""; \
 	for tool in redis-server rsync openssl; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
@@ -29,6 +29,7 @@ system-deps:
 		command -v systemd-nspawn >/dev/null 2>&1 || missing="$$missing systemd-container"; \
 		command -v lsyncd >/dev/null 2>&1 || missing="$$missing lsyncd"; \
 		/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+		command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	fi; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing $(JAVA_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
