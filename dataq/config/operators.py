@@ -1,9 +1,12 @@
-"""The sections of the settings an operator's tools read: e-mail notices (``[mail]``) and the Prometheus
-endpoint (``[metrics]``). :mod:`dataq.config.schema` gathers them into :class:`~dataq.config.schema.Settings`.
+"""The sections of the settings an operator's tools read: e-mail notices (``[mail]``), the Prometheus
+endpoint (``[metrics]``) and the web console (``[web]``). :mod:`dataq.config.schema` gathers them into
+:class:`~dataq.config.schema.Settings`.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 
 from dataq.addresses import MAX_PORT
@@ -105,6 +108,10 @@ class WebSettings(Section):
     """Port of the console (0: an ephemeral port, logged)."""
     token: str = ""
     """The operator token: with it, the console's actions are allowed; empty, the console is read-only."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the console answers to besides its own (a request naming another in its ``Host`` header is
+    refused, against DNS rebinding): ``localhost``, any IP address and ``host`` always; the machine's names too
+    when ``host`` is not loopback. ``.example.org`` is that domain and its subdomains, ``*`` any host. Any port."""
 
     def _check(self) -> None:
         if not self.host:
@@ -112,3 +119,38 @@ class WebSettings(Section):
         if self.token and (len(self.token) < WEB_TOKEN_MIN_LENGTH or any(c.isspace() for c in self.token)):
             raise Invalid("token", f"key '{{key}}' must be at least {WEB_TOKEN_MIN_LENGTH} characters without "
                           "spaces (or empty for a read-only console)")
+        object.__setattr__(self, "allowed_hosts", tuple(_allowed_host(entry) for entry in self.allowed_hosts))
+
+
+ANY_HOST = "*"
+"""The ``allowed_hosts`` entry that lets the console answer to any host."""
+_HOST_NAME = re.compile(r"\.?[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
+def _allowed_host(entry: str) -> str:
+    """An ``allowed_hosts`` entry as the console compares it: lower case, without a final dot or IPv6 brackets."""
+    def refuse(why: str) -> Invalid:
+        return Invalid("allowed_hosts", f"key '{{key}}' holds {entry!r}, {why}")
+
+    if not entry or any(c.isspace() for c in entry):
+        raise refuse("but a host is a name or an address without spaces")
+    if "://" in entry:
+        authority = entry.split("://", 1)[1].split("/", 1)[0]
+        raise refuse(f"but a host has no scheme: write {re.sub(r':[0-9]*$', '', authority)!r}")
+    if "/" in entry:
+        raise refuse(f"but a host has no path: write {entry.split('/', 1)[0]!r}")
+    if entry == ANY_HOST:
+        return entry
+    if "*" in entry:
+        raise refuse("but '*' stands alone (any host); '.example.org' is a domain and its subdomains")
+    host = entry.lower().removesuffix(".")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        return str(ipaddress.ip_address(host[1:-1] if bracketed else host))
+    except ValueError:
+        pass
+    if "]:" in host or (":" in host and not host.startswith("[")):
+        raise refuse("but a host is named without a port: the console accepts any port")
+    if not _HOST_NAME.fullmatch(host):
+        raise refuse("which is not a host name (letters, digits, '-', '.'; a name beyond ASCII in its xn-- form)")
+    return host

@@ -3,8 +3,9 @@
 aiohttp rather than Starlette with uvicorn: it is one asyncio library that is both the server and the framework,
 runs inside ``dataq run``'s loop like the daemons, and needs no ASGI server beside it. Pages are Jinja2 templates;
 the plots are SVG drawn here (:mod:`.plot`) and the live updates a small script shipped in the package, so the
-browser fetches nothing from the internet. Reading is open to whoever reaches the port (loopback by default);
-acting needs the operator token (:mod:`.auth`).
+browser fetches nothing from the internet. Reading is open to whoever reaches the port (loopback by default) under
+a host name the console answers to (:mod:`.hosts`); acting needs the operator token (:mod:`.auth`). ``/metrics``
+exports the console's own process to Prometheus.
 """
 
 from __future__ import annotations
@@ -18,16 +19,20 @@ from urllib.parse import urlencode
 
 import jinja2
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from dataq.config import Settings
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import DataqError, RangeError, StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.documents import when
+from dataq.ops.process_metrics import add_process_collectors
 from dataq.runtime.signals import install_stop_signals
 from dataq.store import Flag, QueueStore
 from dataq.web.auth import CSRF_FIELD, CSRF_HEADER, SESSION_COOKIE, Guard
 from dataq.web.console import MOVES, BadRequest, Console, NotFound, Page
+from dataq.web.hosts import host_check
 from dataq.web.plot import rate_plot
 
 EXIT_OK = 0
@@ -44,11 +49,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONSOLE: web.AppKey[Console] = web.AppKey("console", Console)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
 
 
 def make_app(console: Console, token: str) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+    # The host check first: a misdirected request reaches nothing else.
+    app = web.Application(middlewares=[host_check(console.settings.web), _errors])
     app[CONSOLE], app[GUARD] = console, Guard(token)
+    # A registry of the app's own, not prometheus-client's global one: one process may build several apps (tests).
+    app[REGISTRY] = add_process_collectors(CollectorRegistry(auto_describe=False))
     environment = jinja2.Environment(loader=jinja2.PackageLoader("dataq.web", "templates"),
                                      autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
     environment.filters["when"] = when
@@ -62,6 +71,7 @@ def make_app(console: Console, token: str) -> web.Application:
     app.router.add_post("/login", _login)
     app.router.add_post("/logout", _logout)
     app.router.add_get("/static/{name}", _static)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/api/queues", _api(lambda c, r: c.queues()))
     app.router.add_get("/api/queues/{queue}", _api(lambda c, r: c.queue(r.match_info["queue"])))
     app.router.add_get("/api/queues/{queue}/workers", _api(lambda c, r: c.workers(r.match_info["queue"])))
@@ -249,6 +259,13 @@ async def _static(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"no static file {name!r}")
     text = (resources.files("dataq.web") / "static" / name).read_text(encoding="utf-8")
     return web.Response(text=text, content_type=kinds[name], headers={"Cache-Control": "max-age=300"})
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    """The console's process, in the format the scraper asks for (as the daemons' endpoints answer)."""
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = await asyncio.to_thread(encode, request.app[REGISTRY])  # the process collector reads /proc
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 # --- the daemon --------------------------------------------------------------------------------------------
