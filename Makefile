@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JAVA_PACKAGE := default-jre-headless
 COMMA := ,
 
-.PHONY: system-deps install install-test run test test-fast lint typecheck bench bench-deps clean
+.PHONY: system-deps install install-test run test test-fast lint typecheck docs bench bench-deps clean
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
@@ -87,6 +87,10 @@ typecheck:
 	ln -s ../../../cli build/typecheck/dataq/cli && ln -s ../../../actions build/typecheck/dataq/actions
 	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../setup.cfg -p dataq
 
+# The documentation site, into site/ (mkdocs.yml; the configuration reference is generated from the code).
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: install-test
 	$(BIN)/python bench/store.py
 
@@ -94,9 +98,9 @@ bench: install-test
 bench-deps: install-test
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist site *.egg-info .mypy_cache .pytest_cache .ruff_cache .hypothesis
 
-# --- systemd (README, "Running under systemd") ---------------------------------------------------------------
+# --- systemd (docs/operating/systemd.md) ---------------------------------------------------------------------
 # install-systemd (as root) installs the units, the dedicated user `dataq` and, if absent, the settings file.
 # The units run /usr/local/bin/dataq; DATAQ_BIN rewrites that path on the way in. DESTDIR stages the files
 # into a directory instead (packaging, check-systemd): then no user is created and systemd is not reloaded.
@@ -119,7 +123,7 @@ install-systemd:
 		sed 's|/usr/local/bin/dataq|$(DATAQ_BIN)|g' "$$unit" | \
 			$(ROOT_SUDO) install -m 0644 /dev/stdin "$(DESTDIR)$(UNIT_DIR)/$${unit#systemd/}" || exit 1; \
 	done
-	@# The generator makes dataq.target want the daemons of every queue in the settings (README).
+	@# The generator makes dataq.target want the daemons of every queue in the settings (docs/operating/systemd.md).
 	@echo "installing $(DESTDIR)$(GENERATOR_DIR)/dataq-generator"; \
 	sed 's|/usr/local/bin/dataq|$(DATAQ_BIN)|g' systemd/dataq-generator | \
 		$(ROOT_SUDO) install -m 0755 /dev/stdin "$(DESTDIR)$(GENERATOR_DIR)/dataq-generator"

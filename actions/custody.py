@@ -1,5 +1,5 @@
 """``network_move``'s custody keeper: asks the next sites for receipts about the records this site handed on, and
-acts on the answers (see ``README.md``, "Cascades and custody").
+acts on the answers (see ``docs/custody.md``).
 
 Each round takes the custody entries due (:meth:`~dataq.store.custody.CustodyOps.custody_due`), asks the site
 each went to (records sent from the hand-on spool: every next site, the best answer winning; those still in the

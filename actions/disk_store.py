@@ -65,7 +65,8 @@ class DiskStoreOptions(BatchOptions):
     root: str
     """Absolute path of the storage root (an existing directory)."""
     layout: str = DEFAULT_LAYOUT
-    """Path template beneath ``root``; see the module docstring for its placeholders."""
+    """Path template beneath ``root``, with the placeholders ``{checksum}``, ``{checksum2}`` (its first two
+    characters), ``{date}`` (the UTC ``YYYYMMDD`` of the push), ``{name}`` (the source's base name), ``{size}``."""
     algorithm: str | None = None
     """The records' checksum algorithm (None: the queue's ``checksum``; older settings named it here)."""
     verify: bool = True

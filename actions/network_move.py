@@ -23,7 +23,7 @@ Options (``[queues.NAME.network_move]``):
 ``remove_source`` (default false)
     ``true``: delete the source once the file is verified at the destination and, with ``next_sites``, handed
     on. ``"after_receipt"`` (needs ``next_sites``): delete it only once the next site's receipt says the end of
-    the chain holds the file (:mod:`dataq.actions.custody`; README, "Cascades and custody").
+    the chain holds the file (:mod:`dataq.actions.custody`; ``docs/custody.md``).
 ``io_timeout`` (default 60)
     Seconds rsync may see no data before it gives up (its ``--timeout`` and, for a daemon, ``--contimeout``).
 ``timeout`` (default: the queue's ``action_timeout``)

@@ -1,4 +1,4 @@
-"""Custody across sites: what end-to-end receipts cost (:mod:`testbed.cascade`; README, "Cascades and custody").
+"""Custody across sites: what end-to-end receipts cost (:mod:`testbed.cascade`; ``docs/custody.md``).
 
 Three sites on this machine (mountain -> valley -> archive), each with its own redis-server (``appendfsync
 always``), rsync daemon, ``dataq push`` and ``dataq pop`` (``--concurrency``). Measured, in one run:

@@ -17,7 +17,7 @@ window, before dataq does anything: with master and replica on one host they sha
 each round, ``redis-benchmark`` (4 connections of 100 pipelined SETs) shows the replica's cost to Redis's own C
 client too.
 
-**Fail-overs**: a master, two replicas (the README's three data hosts) and three sentinels
+**Fail-overs**: a master, two replicas (the three data hosts of docs/ha.md) and three sentinels
 (``down-after-milliseconds`` 1000, quorum 2), ``min_replicas = 1``. One feeder (window 100) feeds; the master is
 SIGKILLed mid-feed, the sentinels promote a replica and point the other at it, and the killed master is started
 again (it becomes a replica too). Measured: the longest time the feeder went without a ``Pushed`` reply,
@@ -69,7 +69,7 @@ POP_RECORDS = 4_000
 POP_CONCURRENCY = 32
 POP_ACTION_SECONDS = 0.02
 FAILOVER_REPLICAS = 2
-"""Three data servers, as in the README's three-host layout: one replica is left to confirm writes at once."""
+"""Three data servers, as in the three-host layout of docs/ha.md: one replica is left to confirm writes at once."""
 FAILOVER_BUDGET = DOWN_AFTER_MS / 1000 + 3
 """The issue's target for the longest stall of a feeder across a fail-over, in seconds."""
 CEILING_WRITES = 400_000

@@ -38,7 +38,7 @@ now and then takes a just-promoted master for down and fails over a second time.
 
 @pytest.fixture
 def two_replica_topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelTopology]:
-    """The README's three data hosts: a master and two replicas, so that a new master has a replica at once;
+    """The three data hosts of docs/ha.md: a master and two replicas, so that a new master has a replica at once;
     sentinels that fail over once per outage."""
     yield from started(SentinelTopology(tmp_path_factory.mktemp("sentinel-3"), replicas=2,
                                         down_after_ms=SETTLED_DOWN_AFTER_MS))

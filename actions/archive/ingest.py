@@ -89,6 +89,7 @@ class ArchiveIngestOptions:
     master: str = DEFAULT_MASTER
     """Spark master URL: ``local[*]``, ``local[N]``, or ``spark://host:7077`` for a standalone cluster."""
     app_name: str = DEFAULT_APP_NAME
+    """The Spark application's name, as a Spark cluster's master and its logs show it."""
     conf: tuple[str, ...] = ()
     """Extra Spark conf as ``key=value`` entries; they override dataq's defaults (loopback driver, no UI)."""
     batch_size: int = DEFAULT_BATCH_SIZE

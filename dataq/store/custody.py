@@ -1,5 +1,5 @@
 """Custody across sites: records handed on and not yet confirmed by the end of the chain, and the receipts that
-confirm them (the cascade's end-to-end custody; see ``README.md``, "Cascades and custody").
+confirm them (the cascade's end-to-end custody; see ``docs/custody.md``).
 
 A record ``network_move`` hands on to the next site enters this site's *custody* (:meth:`CustodyOps.keep`)
 before it is acknowledged here; it leaves custody only when the next site answers ``done`` for it, which that

@@ -34,7 +34,7 @@ FAILING = 3
 WAIT = 30.0
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
 SCREENSHOT_ENV = "DATAQ_CONSOLE_SCREENSHOT"
-"""Where to keep the overview's screenshot (the README's); a temporary file when unset."""
+"""Where to keep the overview's screenshot (the documentation's); a temporary file when unset."""
 
 
 @pytest.fixture
