@@ -70,6 +70,9 @@ class Forwarder:
         self._connected = asyncio.Event()
         self._settle_now = asyncio.Event()
         self._sent: dict[int, Pending] = {}
+        self._nothing_sent = asyncio.Event()
+        """Set while every record sent has been answered: a stop then has nothing to wait for."""
+        self._nothing_sent.set()
         self._next_index = 0
         self._done: list[int] = []
         self._refused: list[tuple[int, str]] = []
@@ -119,6 +122,10 @@ class Forwarder:
         self._stop.set()
         self._wake.set()
 
+    async def all_answered(self) -> None:
+        """Return once no record sent waits for its answer."""
+        await self._nothing_sent.wait()
+
     async def _records(self) -> AsyncIterator[bytes]:
         cursor = 0
         while not self._stop.is_set():
@@ -155,6 +162,7 @@ class Forwarder:
         if self._plain:
             row = row._replace(line=plain_form(row.line))
         self._sent[self._next_index] = row
+        self._nothing_sent.clear()
         self._next_index += 1
         return row.line
 
@@ -177,6 +185,8 @@ class Forwarder:
 
     def _on_reply(self, index: int, reply: Reply) -> None:
         row = self._sent.pop(index)
+        if not self._sent:
+            self._nothing_sent.set()
         if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) and plain_form(row.line) != row.line:
             # A push daemon older than site names (a cascade's hand-on carries one): sent again without it. A
             # record whose checksum is not md5 has no plain form: it stays refused, and says why.
@@ -269,11 +279,18 @@ async def forward_until_stopped(forwarder: Forwarder, stop: asyncio.Event, grace
             task.result()
             return
         forwarder.finish()
-        done, _ = await asyncio.wait({task}, timeout=grace)
-        if done:
+        # The grace is for answers: with none awaited, a feeder whose push daemon went away (as it does when a
+        # whole suite stops) stops at once instead of retrying the link for the whole grace.
+        answered = asyncio.create_task(forwarder.all_answered())
+        try:
+            done, _ = await asyncio.wait({task, answered}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered.cancel()
+        if task in done:
             task.result()
             return
-        log.warning("records still unanswered at shutdown stay in the spool", grace_seconds=grace)
+        if answered not in done:
+            log.warning("records still unanswered at shutdown stay in the spool", grace_seconds=grace)
     finally:
         stopping.cancel()
         if not task.done():

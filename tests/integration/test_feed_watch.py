@@ -180,6 +180,25 @@ async def test_records_wait_in_the_spool_while_the_push_daemon_is_away_and_go_wh
     assert not fed.status().notes.get("outage_since")
 
 
+async def test_a_feeder_whose_push_daemon_went_away_stops_at_once_when_nothing_awaits_an_answer(
+    push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
+) -> None:
+    daemon = await push_daemon()
+    # A grace far longer than the wait below: only a stop that does not spend it can pass.
+    fed = await feeder([(LOOPBACK, daemon.port)], grace=120.0)
+    write_file(fed.root / "f", b"answered")
+    await until_queued(store, 1)
+    await until_spool_empty(fed)
+    await daemon.shutdown()  # as when `dataq run` stops its daemons and its feeders together
+
+    async def outage() -> bool:
+        return bool(fed.status().notes.get("outage_since"))
+
+    await eventually(outage)
+    fed.stop.set()
+    assert await asyncio.wait_for(fed.task, 10) == 0
+
+
 async def test_a_file_deleted_before_it_is_sent_is_dropped_with_a_warning(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore
 ) -> None:
