@@ -167,7 +167,7 @@ async def watch_command(options: WatchOptions, spool: str, link: Link, rules: Re
     if metrics_at is not None:
         # Imported here: a one-shot feed serves no metrics, and starts faster without prometheus-client.
         from dataq.feed.metrics import FeedMetrics
-        from dataq.ops.metrics import serve_metrics
+        from dataq.ops.exposition import serve_metrics
 
         metrics = FeedMetrics(options.root, spool, link.names())
         server = await serve_metrics(metrics.registry, *metrics_at)

@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from dataq.errors import SpoolError
 from dataq.feed.spool_status import read_spool_status
 from dataq.logs import get_logger
-from dataq.ops.metrics import FamiliesCollector
+from dataq.ops.exposition import FamiliesCollector
 from dataq.ops.process_metrics import add_process_collectors
 
 SPOOL_PENDING = "dataq_feed_spool_pending_records"

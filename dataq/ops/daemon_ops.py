@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataq.config import Settings
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
+from dataq.ops.exposition import MetricsServer, serve_metrics
 from dataq.ops.health import replication_problems
 from dataq.ops.mail import MailNotifier
-from dataq.ops.metrics import DaemonMetrics, MetricsServer, Totals, serve_metrics
+from dataq.ops.metrics import DaemonMetrics, Totals
 from dataq.ops.notices import LogNotifier, Notifier
 from dataq.ops.watches import FailureWatch, RedisDownWatch
 from dataq.runtime import systemd

@@ -12,7 +12,8 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
 from dataq.embedded.redis_server import free_port
 from dataq.errors import DataqError
-from dataq.ops.metrics import DaemonMetrics, MetricsServer
+from dataq.ops.exposition import MetricsServer
+from dataq.ops.metrics import DaemonMetrics
 from dataq.store import FailOutcome, Flag, QueueStore, RetryPolicy
 from tests.helpers import make_records
 
