@@ -320,6 +320,16 @@ def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list
     return values
 
 
+def stored_pushed_at(value: str) -> float | None:
+    """When the record stored as ``value`` was pushed (unix time), read without decoding the rest; None for a
+    value that does not hold one (written by hand)."""
+    parts = value.split(_STORED_SEPARATOR, 3)
+    try:
+        return int(parts[2]) / 1_000_000 if len(parts) >= 3 else None
+    except ValueError:
+        return None
+
+
 def decode_stored(checksum: str, value: str) -> Record:
     """Inverse of :func:`encode_stored`; extra trailing fields (from a newer dataq) are ignored."""
     parts = value.split(_STORED_SEPARATOR)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from dataq.record import Record
 from dataq.store import QueueStore
@@ -34,3 +37,11 @@ async def until_subscribed(store: QueueStore, channel: str, count: int = 1, time
             if listening >= count:
                 return
             await asyncio.sleep(0.01)
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A metrics endpoint's samples: ``{'name{label="value",...}': value}``, the labels in alphabetical order."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}": sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}

@@ -94,6 +94,22 @@ class SelfCancellingAction(Action[NoOptions]):
 SELF_CANCELLING = "tests.pop_support:SelfCancellingAction"
 
 
+class NowhereAction(Action[NoOptions]):
+    """Succeeds, but cannot say where it sends a record: a plugin whose ``destination`` has a bug."""
+
+    name = "nowhere"
+    Options = NoOptions
+
+    async def run(self, record: Record) -> None:
+        return None
+
+    def destination(self, record: Record) -> str | None:
+        raise RuntimeError("this plugin forgot to set its host")
+
+
+NOWHERE = "tests.pop_support:NowhereAction"
+
+
 def executions(marker_dir: Path) -> list[str]:
     """Record ids in the order their executions started."""
     return marks(marker_dir)

@@ -56,9 +56,9 @@ class FeedSettings(Section):
     """Key of ``tls_cert``."""
     metrics_port: int = setting(DEFAULT_FEED_METRICS_PORT, ge=0, le=MAX_PORT)
     """Port of the metrics endpoint of the first directory's feeder; the feeder of the n-th directory of
-    ``directories`` serves on ``metrics_port + n - 1``, and one of another directory tries ``metrics_port`` (a port
-    taken is logged, and an ephemeral one served instead; 0: always ephemeral). Served on ``[metrics] host`` when
-    ``[metrics] enabled``."""
+    ``directories`` serves on ``metrics_port + n - 1``, and one of a directory not listed (``dataq feed --watch``
+    by hand) on the port after the listed ones' (a port taken is logged, and an ephemeral one served instead; 0:
+    always ephemeral). Served on ``[metrics] host`` when ``[metrics] enabled``."""
 
     def _check(self) -> None:
         object.__setattr__(self, "directories", tuple(os.path.normpath(d) for d in self.directories))
@@ -73,16 +73,17 @@ class FeedSettings(Section):
                 raise Invalid("targets", f"key '{{key}}': {exc}") from None
         absolute(self.spool, "spool")
         together(self, "tls_cert", "tls_key")
-        if self.metrics_port and self.metrics_port + max(0, len(self.directories) - 1) > MAX_PORT:
+        if self.metrics_port and self.metrics_port + len(self.directories) > MAX_PORT:
             raise Invalid("metrics_port", f"key '{{key}}' ({self.metrics_port}) leaves no port up to {MAX_PORT} for "
-                          f"each of the {len(self.directories)} directories' feeders")
+                          f"each of the {len(self.directories)} directories' feeders and one watched by hand")
 
     def metrics_port_for(self, directory: str) -> int:
-        """The metrics port of the feeder watching ``directory``: one port per configured directory, in order."""
+        """The metrics port of the feeder watching ``directory``: one port per configured directory, in order; a
+        directory not listed takes the next, so it never takes a listed feeder's port (and its alerts with it)."""
         if not self.metrics_port:
             return 0
         normal = os.path.normpath(os.path.abspath(directory))
-        index = self.directories.index(normal) if normal in self.directories else 0
+        index = self.directories.index(normal) if normal in self.directories else len(self.directories)
         return self.metrics_port + index
 
 

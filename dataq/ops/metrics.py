@@ -221,14 +221,16 @@ class DaemonMetrics:
         for name in QUEUE_LISTS:
             lengths.add_metric([q, name], getattr(summary, name))
         yield lengths
-        now = time.time()
-        ages = GaugeMetricFamily(OLDEST_AGE, "Seconds since the push of the longest-waiting record of the list (0: "
-                                 "empty): active is the backlog, delayed the records waiting out a retry delay.",
-                                 labels=["queue", "list"])
-        for name in WAITING_LISTS:
-            pushed = self._oldest.get(name)
-            ages.add_metric([q, name], 0.0 if pushed is None else max(0.0, now - pushed))
-        yield ages
+        if self._redis_up:
+            # Left out while Redis cannot be read: an age computed from a stale read would grow for ever.
+            now = time.time()
+            ages = GaugeMetricFamily(OLDEST_AGE, "Seconds since the push of the record next to run (active: the "
+                                     "backlog's oldest) or next due (delayed: waiting out a retry delay); 0: empty.",
+                                     labels=["queue", "list"])
+            for name in WAITING_LISTS:
+                pushed = self._oldest.get(name)
+                ages.add_metric([q, name], 0.0 if pushed is None else max(0.0, now - pushed))
+            yield ages
         if self._replication is not None:
             replicas, problems = self._replication
             yield _one(GaugeMetricFamily(REPLICAS, "Replicas connected to the queue's Redis master.",

@@ -101,6 +101,8 @@ class PopDaemon:
         breakers = Breakers(self.pop.unreachable_after, self.pop.probe_delay, self.pop.probe_max_delay,
                             on_open=self._outage_started, on_close=self._outage_ended)
         self._configured = concurrency or self.pop.concurrency
+        self._no_destination: set[str] = set()
+        """Actions whose ``destination`` raised (logged once each)."""
         self.worker = PopWorker(
             store,
             self.worker_id,
@@ -150,7 +152,15 @@ class PopDaemon:
         metrics = self.ops.metrics
         metrics.action_duration(action.name, seconds)
         if succeeded:
-            metrics.action_bytes(action.name, action.destination(record) or action.name, record.size)
+            try:
+                destination = action.destination(record) or action.name
+            except Exception as exc:  # a plugin's bug must not turn the action's success into a failure
+                if action.name not in self._no_destination:  # once, not once a record
+                    self._no_destination.add(action.name)
+                    log.warning("the action could not say its destination; its bytes are counted under its name",
+                                action=action.name, error=str(exc))
+                destination = action.name
+            metrics.action_bytes(action.name, destination, record.size)
 
     def _claimed(self, record: Record) -> None:
         if record.pushed_at is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from dataq.errors import StoreError
-from dataq.record import Record, decode_stored
+from dataq.record import Record, decode_stored, stored_pushed_at
 from dataq.store.base import StoreBase
 from dataq.store.connection import translate, translated
 from dataq.store.types import Event, Flag, QueueList, RecordState, Summary
@@ -161,31 +161,30 @@ class AdminOps(StoreBase):
 
     @translated
     async def oldest_pushed(self) -> dict[str, float]:
-        """When the longest-waiting record of the active and of the delayed list was pushed (unix time); an empty
+        """When the next record to run (active) and the next one due (delayed) were pushed (unix time); an empty
         list is left out. Keyed ``active`` and ``delayed``, as the lists are named in the metrics.
 
-        Only each list's two ends are looked at (active: the next to run and the last in line; delayed: the first
-        and the last due), so the read is O(1) however long the backlog: records enter a list at one end and leave
-        at the other, so the oldest is at an end, except a record put back in line after a failure, which counts
-        again once it reaches one. Two round trips: the ends, then their records (one claimed in between is
-        skipped)."""
+        Only the end records leave from is read, so the read is O(1) however long the backlog. Records join the
+        active list at the other end, so the one next to run has waited longest in line, unless it was put back
+        (retried, or redone by an operator): it counts from its first push, as a message's age does in SQS. Two
+        round trips: the ends, then their stored values (a record claimed in between is skipped)."""
         k = self.keys
         pipe = self.r.pipeline(transaction=True)
-        pipe.lrange(k.active, 0, 0)
         pipe.lrange(k.active, -1, -1)
         pipe.zrange(k.delayed, 0, 0)
-        pipe.zrange(k.delayed, -1, -1)
-        first, last, first_due, last_due = await pipe.execute()
-        ends = {"active": {*first, *last}, "delayed": {*first_due, *last_due}}
-        ids = [record_id for found in ends.values() for record_id in found]
+        next_to_run, next_due = await pipe.execute()
+        ends = {"active": next_to_run, "delayed": next_due}
+        ids = [*next_to_run, *next_due]
         if not ids:
             return {}
-        pushed = {record.checksum: record.pushed_at for record in await self._records_for(ids)}
+        values = dict(zip(ids, await self.r.hmget(k.records, ids), strict=True))
         oldest: dict[str, float] = {}
         for which, found in ends.items():
-            times = [at for record_id in found if (at := pushed.get(record_id)) is not None]
-            if times:
-                oldest[which] = min(times)
+            for record_id in found:
+                value = values.get(record_id)
+                pushed = stored_pushed_at(value) if value is not None else None
+                if pushed is not None:
+                    oldest[which] = pushed
         return oldest
 
     async def _records_for(self, ids: list[str]) -> list[Record]:

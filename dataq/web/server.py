@@ -71,7 +71,8 @@ def make_app(console: Console, token: str) -> web.Application:
     app.router.add_post("/login", _login)
     app.router.add_post("/logout", _logout)
     app.router.add_get("/static/{name}", _static)
-    app.router.add_get("/metrics", _metrics)
+    if console.settings.metrics.enabled:  # like every other endpoint: [metrics] enabled = false turns it off
+        app.router.add_get("/metrics", _metrics)
     app.router.add_get("/api/queues", _api(lambda c, r: c.queues()))
     app.router.add_get("/api/queues/{queue}", _api(lambda c, r: c.queue(r.match_info["queue"])))
     app.router.add_get("/api/queues/{queue}/workers", _api(lambda c, r: c.workers(r.match_info["queue"])))

@@ -22,8 +22,7 @@ from dataq.store import QueueStore
 from testbed.sentinel import SentinelTopology
 from testbed.waits import eventually
 from tests.cli_support import cli_with
-from tests.e2e.test_suite import scrape
-from tests.helpers import make_records
+from tests.helpers import make_records, scrape
 from tests.pop_support import pop_daemon
 from tests.push_support import LOOPBACK, every_record_pushed_and_active, feed_across, start_push
 from tests.sentinel_support import (

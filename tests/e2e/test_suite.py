@@ -10,11 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dataq.embedded.redis_server import find_running, free_port
 from dataq.feed.client import Feeder
@@ -22,7 +20,7 @@ from dataq.ops.exported import EXPORTED_METRICS
 from dataq.runtime.systemd import path_instance
 from dataq.store import Flag, QueueStore
 from testbed.waits import eventually
-from tests.helpers import make_records
+from tests.helpers import make_records, scrape
 from tests.pop_support import daemon_env
 
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
@@ -100,14 +98,6 @@ async def test_dataq_run_owns_redis_runs_the_daemons_restarts_a_dead_one_and_sto
         await store.close()
     stderr = stop_suite(suite, signal.SIGINT, tmp_path / "data")
     assert b"dataq running" in stderr and b"feed 127.0.0.1:" in stderr
-
-
-def scrape(url: str) -> dict[str, float]:
-    """``{'name{label="value",...}': value}``, the labels in alphabetical order."""
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return {sample.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items())) + "}": sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 @pytest.mark.timeout(90)

@@ -14,7 +14,7 @@ from dataq.embedded.redis_server import free_port
 from dataq.errors import DataqError
 from dataq.ops.exposition import MetricsServer
 from dataq.ops.metrics import DaemonMetrics
-from dataq.store import FailOutcome, Flag, QueueStore, RetryPolicy
+from dataq.store import FailOutcome, Flag, QueueStore, RetryPolicy, Summary
 from tests.helpers import make_records
 
 WORKER = "host:1:pop:abc"
@@ -181,6 +181,9 @@ async def test_with_redis_down_the_scrape_still_answers_and_says_so() -> None:
     dead = QueueStore.from_url(f"redis://127.0.0.1:{free_port()}", "transfer")
     metrics = DaemonMetrics("transfer", "push", lambda: {"pushed": 4})
     server = MetricsServer(metrics.registry)
+    # What the last good read said: a backlog pushed 100 s before.
+    metrics.set_summary(Summary("transfer", active=1, inactive=0, delayed=0, in_flight=0, tracked=1, action=True,
+                                read=True, workers=1, counters={}), oldest={"active": time.time() - 100})
     try:
         assert await metrics.refresh(dead) is not None
         port = await asyncio.to_thread(server.start)
@@ -190,6 +193,9 @@ async def test_with_redis_down_the_scrape_still_answers_and_says_so() -> None:
         await dead.close()
     assert sample(samples, "dataq_redis_up", queue="transfer") == 0
     assert sample(samples, "dataq_records_pushed_total", queue="transfer") == 4
+    assert sample(samples, "dataq_queue_length", queue="transfer", list="active") == 1  # the last value read
+    # An age from a stale read would grow for as long as Redis is away, and page for a backlog nobody can see.
+    assert not any(name == "dataq_queue_oldest_age_seconds" for name, _ in samples)
 
 
 async def test_a_port_in_use_is_a_clear_error() -> None:
@@ -237,3 +243,21 @@ async def test_bytes_are_counted_per_action_and_destination(served: Served) -> N
     moved, q = "dataq_action_bytes_total", {"queue": "transfer"}
     assert sample(samples, moved, action="network_move", destination="rsync://valley/incoming", **q) == 1024
     assert sample(samples, moved, action="disk_store", destination="/archive", **q) == 7
+
+
+async def test_a_record_put_back_at_the_end_of_the_line_does_not_age_the_backlog_until_it_is_next(
+    store: QueueStore, served: Served
+) -> None:
+    metrics, _, port = served
+    first = make_records(1)
+    await store.push_batch(first, "test")
+    await asyncio.sleep(0.5)
+    await store.push_batch(make_records(1, start=1), "test")
+    newer = time.time()
+    await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+    (claimed,) = (await store.claim(WORKER, 1)).records
+    assert claimed.id == first[0].id
+    await store.fail(WORKER, [(claimed.id, "boom")], max_errors=5)  # retried at once: last in line
+    await metrics.refresh(store)
+    age = sample(await scrape(port), "dataq_queue_oldest_age_seconds", queue="transfer", list="active")
+    assert age <= time.time() - newer + 0.05  # the newer record is next to run, and counts

@@ -15,10 +15,11 @@ from dataq.pop.daemon import PopDaemon
 from dataq.store import Claim, Flag, QueueList, QueueStore, RecordState, connect
 from testbed.actions import action_context
 from testbed.waits import eventually, eventually_equal
-from tests.helpers import make_records, until_subscribed
+from tests.helpers import make_records, scrape, until_subscribed
 from tests.pop_support import (
     FAIL_SOME,
     MARKER,
+    NOWHERE,
     QUEUE,
     SELF_CANCELLING,
     RecordingNotifier,
@@ -337,3 +338,17 @@ async def test_a_cancellation_from_inside_an_action_fails_the_record_instead_of_
         await eventually_equal(lambda: _length(store, QueueList.INACTIVE), 1, what="the record to go inactive")
     found = await state(store, record.id)
     assert found.where == "inactive" and "cancelled" in (found.last_error or "")
+
+
+async def test_an_action_whose_destination_raises_still_succeeds_and_counts_its_bytes_under_its_name(
+    store: QueueStore, redis_url: str, tmp_path: Path
+) -> None:
+    records = make_records(5)
+    await store.push_batch(records, source="t")
+    settings = settings_for(tmp_path, redis_url, actions=[NOWHERE])
+    async with pop_daemon(settings):
+        await eventually_equal(lambda: counter(store, "done"), 5, what="5 records done")
+        (url,) = [str(worker.info["metrics"]) for worker in await store.workers()]
+        scraped = await asyncio.to_thread(scrape, url)
+    assert scraped[f'dataq_action_bytes_total{{action="nowhere",destination="nowhere",queue="{QUEUE}"}}'] == sum(
+        record.size for record in records)

@@ -56,8 +56,9 @@ def test_each_configured_feeder_has_a_metrics_port_of_its_own_in_the_order_of_th
     tmp_path: Path,
 ) -> None:
     feed = load(tmp_path, '[feed]\ndirectories = ["/data/a", "/data/b/"]\nmetrics_port = 9300\n').feed
+    # A directory watched by hand takes the port after the listed ones', never a listed feeder's.
     assert [feed.metrics_port_for(d) for d in ("/data/a", "/data/b", "/data/b/", "/elsewhere")] == [
-        9300, 9301, 9301, 9300]
+        9300, 9301, 9301, 9302]
     assert FeedSettings().metrics_port_for("/data/a") == 9110
     assert load(tmp_path, "[feed]\nmetrics_port = 0\n").feed.metrics_port_for("/data/a") == 0
 
@@ -75,8 +76,9 @@ def test_each_configured_feeder_has_a_metrics_port_of_its_own_in_the_order_of_th
         ("[feed]\nwindow = 0", "key 'feed.window' must be"),
         ('[feed]\ntls_cert = "/c.pem"', "keys 'feed.tls_cert' and 'feed.tls_key' must be given together"),
         ("[feed]\nwatch = 1", "unknown key 'feed.watch'"),
-        ('[feed]\ndirectories = ["/a", "/b"]\nmetrics_port = 65535',
-         "key 'feed.metrics_port' (65535) leaves no port up to 65535 for each of the 2 directories' feeders"),
+        ('[feed]\ndirectories = ["/a", "/b"]\nmetrics_port = 65534',
+         "key 'feed.metrics_port' (65534) leaves no port up to 65535 for each of the 2 directories' feeders and one "
+         "watched by hand"),
         ("[feed]\nmetrics_port = 70000", "key 'feed.metrics_port' must be"),
     ],
 )

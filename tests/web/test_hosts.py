@@ -129,6 +129,11 @@ async def test_promtool_finds_nothing_to_say_about_the_metrics(web: Web) -> None
     assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), check
 
 
+async def test_metrics_turned_off_in_the_settings_are_not_served(console: Serve) -> None:
+    client = await console("\n[metrics]\nenabled = false")
+    assert (await client.get("/metrics", headers={"Host": "localhost"})).status == 404
+
+
 async def test_metrics_come_as_openmetrics_when_the_scraper_asks(web: Web) -> None:
     response = await web.client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
