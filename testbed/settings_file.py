@@ -6,17 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    raise TypeError(f"no TOML for {value!r}")
+from dataq.config.reference import toml_literal as toml_value
 
 
 def write_tables(path: Path, data_dir: Path, tables: Mapping[str, Mapping[str, Any]], **top: Any) -> Path:
