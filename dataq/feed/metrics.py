@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from dataq.errors import SpoolError
 from dataq.feed.spool_status import read_spool_status
 from dataq.logs import get_logger
-from dataq.ops.exposition import FamiliesCollector
+from dataq.ops.exposition import FamiliesCollector, one_sample
 from dataq.ops.process_metrics import add_process_collectors
 
 SPOOL_PENDING = "dataq_feed_spool_pending_records"
@@ -64,18 +64,26 @@ class FeedMetrics:
     def families(self, now: float | None = None) -> Iterator[Metric]:
         now = time.time() if now is None else now
         labels = [self.directory]
+
+        def gauge(name: str, documentation: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, documentation, labels=["directory"])
+
+        def counter(name: str, documentation: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, documentation, labels=["directory"])
+
         try:
             status = read_spool_status(self.spool_dir)
         except SpoolError as exc:  # a damaged or unreadable spool: the feeder itself reports it; the rest still shows
             log.debug("spool not read for the metrics", spool=self.spool_dir, error=str(exc))
         else:
-            yield _gauge(SPOOL_PENDING, "Records in the spool not yet acknowledged by a push daemon.", labels,
-                         status.pending)
+            yield one_sample(gauge(SPOOL_PENDING, "Records in the spool not yet acknowledged by a push daemon."),
+                             labels, status.pending)
             age = 0.0 if status.oldest_pending is None else max(0.0, now - status.oldest_pending)
-            yield _gauge(SPOOL_OLDEST, "Seconds the oldest record waiting in the spool has waited (0: none waits).",
-                         labels, age)
-            yield _gauge(SPOOL_REFUSED, "Records a push daemon refused, kept in the spool for an operator "
-                         "(dataq feed --status lists them, --retry-refused sends them again).", labels, status.refused)
+            yield one_sample(gauge(SPOOL_OLDEST, "Seconds the oldest record waiting in the spool has waited (0: none "
+                                   "waits)."), labels, age)
+            yield one_sample(gauge(SPOOL_REFUSED, "Records a push daemon refused, kept in the spool for an operator "
+                                   "(dataq feed --status lists them, --retry-refused sends them again)."),
+                             labels, status.refused)
         link = self.link
         connected = link.connected_to if link is not None else None
         up = GaugeMetricFamily(LINK_UP, "1 for the push daemon the feeder is connected to, 0 for the others (all 0: "
@@ -84,20 +92,9 @@ class FeedMetrics:
             up.add_metric([self.directory, target], 1 if target == connected else 0)
         yield up
         sent, refused = link.replies() if link is not None else (0, 0)
-        sent_family = CounterMetricFamily(SENT, "Records a push daemon acknowledged (pushed or ignored as known).",
-                                          labels=["directory"])
-        sent_family.add_metric(labels, sent)
-        yield sent_family
-        refused_family = CounterMetricFamily(REFUSED, "Records a push daemon refused (Error:).", labels=["directory"])
-        refused_family.add_metric(labels, refused)
-        yield refused_family
+        yield one_sample(counter(SENT, "Records a push daemon acknowledged (pushed or ignored as known)."), labels,
+                         sent)
+        yield one_sample(counter(REFUSED, "Records a push daemon refused (Error:)."), labels, refused)
         last = link.last_answered_at if link is not None else None
-        yield _gauge(LAST_SUCCESS, "Unix time of the last record a push daemon acknowledged (0: none since the start).",
-                     labels, last or 0.0)
-
-
-def _gauge(name: str, documentation: str, labels: list[str], value: float) -> Metric:
-    family = GaugeMetricFamily(name, documentation, labels=["directory"])
-    family.add_metric(labels, value)
-    metric: Metric = family
-    return metric
+        yield one_sample(gauge(LAST_SUCCESS, "Unix time of the last record a push daemon acknowledged (0: none since "
+                               "the start)."), labels, last or 0.0)

@@ -29,6 +29,13 @@ REQUEST_TIMEOUT = 10.0
 log = get_logger()
 
 
+def one_sample(family: Any, labels: list[str], value: float) -> Metric:
+    """``family`` with its one sample: the labels' values and the value."""
+    family.add_metric(labels, value)
+    metric: Metric = family
+    return metric
+
+
 class FamiliesCollector:
     """prometheus-client's custom-collector protocol over a function that yields the families, at each scrape."""
 

@@ -17,7 +17,6 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -26,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
 from dataq.ops.custody_metrics import custody_families, is_receipt_counter
-from dataq.ops.exposition import FamiliesCollector
+from dataq.ops.exposition import FamiliesCollector, one_sample
 from dataq.ops.health import Rates, rates
 from dataq.ops.process_metrics import add_process_collectors
 from dataq.store import QueueStore
@@ -187,8 +186,8 @@ class DaemonMetrics:
         q = self.queue
         totals = self.totals()
         for name, total, documentation in TOTALS[self.role]:
-            yield _one(CounterMetricFamily(name, documentation, labels=["queue"]), [q], totals.get(total, 0))
-        yield _one(CounterMetricFamily(REDIS_RECONNECTS, "Times Redis came back after being unreachable.",
+            yield one_sample(CounterMetricFamily(name, documentation, labels=["queue"]), [q], totals.get(total, 0))
+        yield one_sample(CounterMetricFamily(REDIS_RECONNECTS, "Times Redis came back after being unreachable.",
                                        labels=["queue"]), [q], self.reconnects)
         if self.role == "pop":
             latency = HistogramMetricFamily(CLAIM_LATENCY, "Seconds from a record's push to its claim by a worker.",
@@ -212,7 +211,7 @@ class DaemonMetrics:
             for (action, destination), size in list(self._bytes.items()):
                 moved.add_metric([q, action, destination], size)
             yield moved
-        yield _one(GaugeMetricFamily(REDIS_UP, "1 if the last read of the queue state from Redis succeeded.",
+        yield one_sample(GaugeMetricFamily(REDIS_UP, "1 if the last read of the queue state from Redis succeeded.",
                                      labels=["queue"]), [q], 1 if self._redis_up else 0)
         summary = self._summary
         if summary is None:
@@ -233,16 +232,16 @@ class DaemonMetrics:
             yield ages
         if self._replication is not None:
             replicas, problems = self._replication
-            yield _one(GaugeMetricFamily(REPLICAS, "Replicas connected to the queue's Redis master.",
+            yield one_sample(GaugeMetricFamily(REPLICAS, "Replicas connected to the queue's Redis master.",
                                          labels=["queue"]), [q], replicas)
-            yield _one(GaugeMetricFamily(REPLICATION_PROBLEMS, "Problems of the master's replicas, sentinels or "
+            yield one_sample(GaugeMetricFamily(REPLICATION_PROBLEMS, "Problems of the master's replicas, sentinels or "
                                          "cluster seen now (0: replication is healthy).", labels=["queue"]),
                        [q], problems)
         flags = GaugeMetricFamily(FLAG, "1 if the queue's flag (read, action) is on.", labels=["queue", "flag"])
         flags.add_metric([q, "read"], 1 if summary.read else 0)
         flags.add_metric([q, "action"], 1 if summary.action else 0)
         yield flags
-        yield _one(GaugeMetricFamily(WORKERS, "Daemons registered on the queue.", labels=["queue"]), [q],
+        yield one_sample(GaugeMetricFamily(WORKERS, "Daemons registered on the queue.", labels=["queue"]), [q],
                    summary.workers)
         events = CounterMetricFamily(QUEUE_EVENTS, "The queue's totals kept in Redis (all daemons, all time).",
                                      labels=["queue", "event"])
@@ -258,9 +257,3 @@ class DaemonMetrics:
             for kind, value in self._rates.per_minute.items():
                 per_minute.add_metric([q, kind], value)
             yield per_minute
-
-
-def _one(family: Any, labels: list[str], value: float) -> Metric:
-    family.add_metric(labels, value)
-    metric: Metric = family
-    return metric
