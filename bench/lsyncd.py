@@ -13,7 +13,8 @@ directory, a fresh destination directory and a fresh start:
   the host is touched. Layout ``{name}``, ``verify`` on, ``[pop] concurrency`` 4: the defaults. ``--concurrency N``
   adds a column "dataq concurrency N" (tuned): ``[pop] concurrency = N``, nothing else changed.
 
-Each system first moves a warm-up file (so its watches are up). Then, after a ``sync``:
+Each system first moves a warm-up file (so its watches are up). Then, after a ``sync``, a writer process of
+its own (as the program whose files are watched; it holds their bytes before it starts) writes:
 
 * **trickle**: 100 files of 100 KB written at 10 files/s, each written whole and closed (no temporary name); a
   file's latency is its close -> its arrival at the destination, seen by inotify on the destination directory
@@ -249,16 +250,50 @@ def tree_cpu(leaders: list[int]) -> dict[str, float]:
     return used
 
 
+WRITER = """
+import json, os, sys, time
+directory, rate, blob = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+names, sizes = json.loads(sys.stdin.read())
+with open(blob, "rb") as source:
+    data = source.read()
+os.unlink(blob)
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+sys.stdin.close()
+closes, offset = [], 0
+began = time.monotonic()
+for n, (name, size) in enumerate(zip(names, sizes)):
+    if rate is not None:
+        time.sleep(max(0.0, began + n / rate - time.monotonic()))
+    with open(os.path.join(directory, name), "wb") as out:
+        out.write(data[offset:offset + size])
+    offset += size
+    closes.append(time.monotonic())
+sys.stdout.write(json.dumps(closes))
+"""
+"""The writer: its own process, like the program whose files a system watches. In the bench's process, its
+thread would share the GIL with the bench's own event loop (arrivals seen by inotify, Redis polled), which is
+busy while dataq delivers but idle while lsyncd waits out its delay: that would slow the writer beside dataq
+only. CLOCK_MONOTONIC, which ``time.monotonic`` reads, is one clock for every process of the host."""
+
+
 def write_files(directory: Path, files: dict[str, bytes], rate: float | None) -> list[float]:
-    """Each file written whole and closed, at ``rate`` files/s or as fast as possible: the close times."""
-    closes = []
-    began = time.monotonic()
-    for n, (name, data) in enumerate(files.items()):
-        if rate is not None:
-            time.sleep(max(0.0, began + n / rate - time.monotonic()))
-        with open(directory / name, "wb") as out:
-            out.write(data)
-        closes.append(time.monotonic())
+    """Each file written whole and closed, at ``rate`` files/s or as fast as possible, by a process of its own
+    that holds every file's bytes before it starts: the close times (monotonic)."""
+    with tempfile.NamedTemporaryFile(dir=directory.parent, prefix=".writer-", delete=False) as blob:
+        for data in files.values():
+            blob.write(data)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(directory), json.dumps(rate), blob.name],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert writer.stdin is not None and writer.stdout is not None
+    writer.stdin.write(json.dumps([list(files), [len(data) for data in files.values()]]).encode())
+    writer.stdin.close()
+    if writer.stdout.readline() != b"ready\n":
+        raise SystemExit(f"the writer did not start: exit {writer.wait()}")
+    out = writer.stdout.read()
+    if writer.wait() != 0:
+        raise SystemExit(f"the writer failed with exit {writer.returncode}")
+    closes: list[float] = json.loads(out)
     return closes
 
 
