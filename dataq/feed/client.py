@@ -24,6 +24,7 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataq.errors import ProtocolError
 from dataq.feed.failover import Failover, Step
 from dataq.feed.link import (
+    FeedChunk,
     FeedError,
     FeedItem,
     FeedResult,
@@ -145,8 +146,9 @@ class Feeder:
         """This connection has nothing more to do: all is answered, or it is being left and has nothing in flight."""
         return not self._in_flight and (self._exhausted or self._leaving)
 
-    async def feed(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> FeedResult:
-        """Send every item and wait for every reply; raises FeedError if the daemon stays unreachable."""
+    async def feed(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem | FeedChunk]) -> FeedResult:
+        """Send every item and wait for every reply; raises FeedError if the daemon stays unreachable. An async
+        source may give a list of items it has at once (:data:`FeedChunk`): each counts as one item."""
         self._result = result = FeedResult(replies=[] if self.keep_replies else None)
         self._in_flight.clear()
         self._carry.clear()
@@ -210,17 +212,22 @@ class Feeder:
         if step.delay:
             await asyncio.sleep(step.delay)
 
-    async def _produce(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem]) -> None:
+    async def _produce(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem | FeedChunk]) -> None:
         """Draw every item from the source into the queue of chunks (refusing the unsendable ones at once)."""
         index = 0
         try:
             if isinstance(items, AsyncIterable):
                 # One item at a time: an async source may be slow, and what it has given must go out at once.
                 async for item in items:
-                    entry = self._prepare(index, item)
-                    index += 1
-                    if entry is not None:
-                        await self._chunks.put([entry])
+                    given = item if isinstance(item, list) else [item]
+                    entries = []
+                    for one in given:
+                        entry = self._prepare(index, one)
+                        index += 1
+                        if entry is not None:
+                            entries.append(entry)
+                    if entries:
+                        await self._chunks.put(entries)
             else:
                 chunk: list[_Entry] = []
                 for item in items:

@@ -22,6 +22,7 @@ from typing import Any
 
 from dataq.errors import SpoolError
 from dataq.feed.client import DEFAULT_WINDOW, Feeder, Target
+from dataq.feed.link import FeedItem
 from dataq.feed.spool import Pending, Spool
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
@@ -126,13 +127,13 @@ class Forwarder:
         """Return once no record sent waits for its answer."""
         await self._nothing_sent.wait()
 
-    async def _records(self) -> AsyncIterator[bytes]:
+    async def _records(self) -> AsyncIterator[list[FeedItem]]:
+        # The rows of one read go out together: one write to the push daemon, not one per row.
         cursor = 0
         while not self._stop.is_set():
             if self._again:  # refused for the site's name they carried: sent again without it
                 again, self._again = self._again, []
-                for row in again:
-                    yield self._out(row)
+                yield [self._out(row) for row in again]
                 continue
             if not self._connected.is_set():
                 # Rows are read (and their files looked at) only once they can go out: a file deleted during an
@@ -152,10 +153,11 @@ class Forwarder:
                             await self._wake.wait()
                     continue
             cursor = rows[-1].seq
-            for row in await self._without_vanished(rows):
-                yield self._out(row)
-                if self._stop.is_set():
-                    return
+            rows = await self._without_vanished(rows)
+            if self._stop.is_set():
+                return
+            if rows:
+                yield [self._out(row) for row in rows]
 
     def _out(self, row: Pending) -> bytes:
         """Note a row as sent; its line (in the plain form, for a push daemon older than site names)."""

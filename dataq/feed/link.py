@@ -14,6 +14,8 @@ from dataq.record import Record, format_line
 
 FeedItem = Record | str | bytes
 """What a feeder sends: a Record, or a record line in either wire form (without its newline)."""
+FeedChunk = list[FeedItem]
+"""Items an async source had at once (a spool's batch): they go out together, in one write."""
 LinkCallback = Callable[[bool, str], None]
 """Called with True and ``host:port`` on every connection made, with False and the error on every failure."""
 

@@ -45,6 +45,28 @@ async def test_every_item_gets_its_reply_in_input_order_whatever_the_window(
     assert sorted(i for i, _ in replies) == list(range(len(items)))
 
 
+async def test_an_async_source_may_give_items_in_lists_each_answered_in_its_place(push_daemon: StartPush) -> None:
+    daemon = await push_daemon()
+    records = make_records(250)
+
+    async def source() -> AsyncIterator[object]:
+        yield records[0]
+        yield list(records[1:200])  # a spool's batch, as the forwarder gives it
+        yield ["relative x 1", records[200], "a\nb"]  # refused ones keep their places inside a list
+        yield []
+        yield list(records[201:])
+
+    replies: list[tuple[int, Reply]] = []
+    feeder = Feeder(daemon.host, daemon.port, window=64, on_reply=lambda i, r: replies.append((i, r)))
+    result = await feeder.feed(source())  # type: ignore[arg-type]
+    assert result.replies is not None
+    kinds = [reply.kind for reply in result.replies]
+    assert kinds == [ReplyKind.PUSHED] * 200 + [ReplyKind.ERROR, ReplyKind.PUSHED, ReplyKind.ERROR] + \
+        [ReplyKind.PUSHED] * 49
+    assert [r.detail for r in result.replies[201:202] + result.replies[203:]] == [r.checksum for r in records[200:]]
+    assert sorted(i for i, _ in replies) == list(range(252))
+
+
 async def test_concurrent_feeders_with_overlapping_records_push_each_id_exactly_once(
     push_daemon: StartPush, store: QueueStore
 ) -> None:
