@@ -1,7 +1,10 @@
 """Intake: from complete files (or ready records) to records kept in the spool.
 
-A watched file is checksummed off the event loop, by a pool of threads (hashlib releases the GIL, so several
-files hash at once), in large blocks. Its (path, size, mtime, inode) is asked of the spool first: a version of a
+A small watched file is looked at and checksummed on the event loop itself, a few milliseconds' worth at a time
+(the rest of a batch goes to a pool of threads); a larger one on threads of its own (hashlib releases the GIL, so
+several files hash at once), in large blocks. Threads would cost a burst of small files more than their hashing:
+every read, stat and hash releases the GIL, and with the event loop busy each release was a hand-over between
+threads (some 70 futex calls a file). Its (path, size, mtime, inode) is asked of the spool first: a version of a
 file already taken in is neither hashed nor sent again, across restarts too. A file that changes while it is
 hashed is dropped for now (its writer's close, or the next scan, brings it back); one that vanishes is dropped
 with a warning. Records reach the spool in batches, one fsynced transaction each, and then wake the forwarder.
@@ -18,6 +21,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -32,10 +36,14 @@ from dataq.runtime.backoff import Backoff
 from dataq.runtime.batching import MicroBatcher
 
 EXAMINE_BATCH = 64
-"""Files looked at per trip to a checksum thread at most (a trip costs as much as hashing a small file)."""
+"""Files looked at together at most (on the event loop, or in one trip to a checksum thread)."""
 EXAMINE_AGE = 0.003
-"""Seconds a file waits for others to share its trip (a trip wakes a thread, which costs this VM as much as
-hashing a small file): files of a burst go 4 or more at a time, instead of 1 or 2, for 3 ms of latency."""
+"""Seconds a file waits for others to be looked at with it: the files of a burst then go on together (into one
+spool transaction, one wake of the forwarder) instead of one or two at a time, for 3 ms of latency."""
+INLINE_BYTES = 1 << 20
+"""Files smaller than this are looked at on the event loop (1 MiB: about 2 ms of md5); larger ones on threads."""
+INLINE_BUDGET = 0.005
+"""Seconds of the event loop one batch may take; what is left of it goes to a checksum thread."""
 FILES_PER_WORKER = EXAMINE_BATCH
 """Files being looked at per checksum thread: a batch each (small files are mostly waiting: a stat, a read, the
 spool)."""
@@ -74,7 +82,8 @@ class Intake:
         self._examiner: MicroBatcher[str, Examined | OSError | ValueError] | None = None
         """Gathers the files to look at into batches for the checksum threads (while :meth:`take_files` runs)."""
         self._large_files: ThreadPoolExecutor | None = None
-        """Threads of files of LARGE_FILE_BYTES or more, beside the pool of :meth:`take_files` (while it runs)."""
+        """Threads of the files not hashed where they are looked at (INLINE_BYTES or more on the event loop,
+        LARGE_FILE_BYTES or more on a checksum thread), beside the pool of :meth:`take_files` (while it runs)."""
         self.taken = 0
         self.skipped = 0
         self.failed = 0
@@ -94,9 +103,14 @@ class Intake:
         spool (damaged, unusable) ends it at once."""
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum")
         loop = asyncio.get_running_loop()
-        # Files that arrive together are looked at together: one trip to a thread serves a batch of them.
-        self._examiner = MicroBatcher(lambda batch: loop.run_in_executor(pool, self._examine_all, batch),
-                                      size=EXAMINE_BATCH, age=EXAMINE_AGE, in_flight=self.workers)
+        # Files that arrive together are looked at together: one trip to a thread, if need be, serves them all.
+        async def examine(paths: list[str]) -> list[Examined | OSError | ValueError]:
+            outcomes = self._examine_all(paths, INLINE_BYTES, time.monotonic() + INLINE_BUDGET)
+            if len(outcomes) < len(paths):  # out of time: the rest on a thread
+                outcomes += await loop.run_in_executor(pool, self._examine_all, paths[len(outcomes):])
+            return outcomes
+
+        self._examiner = MicroBatcher(examine, size=EXAMINE_BATCH, age=EXAMINE_AGE, in_flight=self.workers)
         large_files = self._large_files = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum-large")
         slots = asyncio.Semaphore(self.workers * FILES_PER_WORKER)
         jobs: set[asyncio.Task[None]] = set()
@@ -282,27 +296,31 @@ class Intake:
         self.forwarder.wake()
 
 
-    def _examine_all(self, paths: list[str]) -> list[Examined | OSError | ValueError]:
-        """:meth:`_examine` of each path, on a checksum thread; what failed for a file is its own outcome."""
+    def _examine_all(self, paths: list[str], small: int = LARGE_FILE_BYTES,
+                     until: float | None = None) -> list[Examined | OSError | ValueError]:
+        """:meth:`_examine` of each path (files of ``small`` bytes or more are only looked at), in order, the first
+        always and the others until ``until`` (monotonic); what failed for a file is its own outcome."""
         outcomes: list[Examined | OSError | ValueError] = []
         for path in paths:
+            if outcomes and until is not None and time.monotonic() > until:
+                break
             try:
-                outcomes.append(self._examine(path))
+                outcomes.append(self._examine(path, small))
             except (OSError, ValueError) as exc:
                 outcomes.append(exc)
         return outcomes
 
-    def _examine(self, path: str) -> Examined:
-        """On a checksum thread: (the file's key, its checksum); the key alone if the spool has this version of
-        the file already; None if it is no regular file or changed while it was read (its writer's close brings it
-        back); a large file is only looked at (:class:`_Large`)."""
+    def _examine(self, path: str, small: int) -> Examined:
+        """(The file's key, its checksum); the key alone if the spool has this version of the file already; None
+        if it is no regular file or changed while it was read (its writer's close brings it back); a file of
+        ``small`` bytes or more is only looked at (:class:`_Large`)."""
         info = os.lstat(path)
         if not stat.S_ISREG(info.st_mode):
             return None
         key = FileKey.of(path, info)
         if key in self._uncommitted or self.spool.known_here(key):
             return key
-        if key.size >= LARGE_FILE_BYTES:
+        if key.size >= small:
             return _Large(key)  # hashed on the large files' threads: small files do not wait behind it
         return self._hash(path, key)
 

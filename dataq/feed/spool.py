@@ -21,8 +21,8 @@ Tables (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`):
 
 Every write runs on the spool's own thread (SQLite connections are not shared between threads); the async
 methods hand it the work. :meth:`Spool.known_here` asks whether a file is known from any thread, on that
-thread's own read connection: WAL readers never wait for the writer, so the checksum threads do not queue
-behind fsynced commits. Errors become :class:`~dataq.errors.SpoolError`: a full disk :class:`SpoolFull`, a
+thread's own read connection: WAL readers never wait for the writer, so intake does not queue behind fsynced
+commits. Errors become :class:`~dataq.errors.SpoolError`: a full disk :class:`SpoolFull`, a
 damaged file :class:`SpoolCorrupt`, both naming the file.
 """
 
@@ -189,8 +189,8 @@ class Spool:
                  if entry.file is not None])
 
     def known_here(self, key: FileKey) -> bool:
-        """Whether this version of the file was taken in already. It blocks: asked from a checksum thread, on that
-        thread's own read connection."""
+        """Whether this version of the file was taken in already. It blocks (briefly: WAL readers do not wait for
+        the writer), on the asking thread's own read connection."""
         connection: sqlite3.Connection | None = getattr(self._readers, "connection", None)
         try:
             if connection is None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dataq.embedded.redis_server import free_port
+from dataq.feed import intake
 from dataq.feed.client import client_tls_context
 from dataq.feed.watch import Watcher, WatchError, WatchOptions
 from dataq.store import QueueStore
@@ -44,6 +45,22 @@ async def test_files_present_at_start_are_found_by_the_scan_and_hidden_or_tempor
     assert await until_queued(store, 20) == wanted
     await asyncio.sleep(0.5)
     assert await queued(store) == wanted
+
+
+@pytest.mark.parametrize("budget", [0.0, 5.0], ids=["threads-after-the-first", "all-on-the-event-loop"])
+async def test_a_burst_of_files_of_every_size_is_pushed_whoever_looks_at_them(
+    push_daemon: StartPush, feeder: StartFeeder, store: QueueStore, monkeypatch: pytest.MonkeyPatch, budget: float
+) -> None:
+    # Files at or over the event loop's size limit are hashed on threads; a batch out of the loop's time goes to
+    # a checksum thread. Made small here so that a few files take every road.
+    monkeypatch.setattr(intake, "INLINE_BYTES", 20_000)
+    monkeypatch.setattr(intake, "INLINE_BUDGET", budget)
+    daemon = await push_daemon()
+    fed = await feeder([(daemon.host, daemon.port)])
+    wanted = {write_file(fed.root / f"f{n:03d}.fits", os.urandom(19_999 + n % 3)): str(fed.root / f"f{n:03d}.fits")
+              for n in range(120)}
+    assert await until_queued(store, 120) == wanted
+    await until_spool_empty(fed)
 
 
 async def test_a_file_moved_into_the_directory_is_pushed(
