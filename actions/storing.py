@@ -188,6 +188,8 @@ class _Batch:
         self.dirs_lock = threading.Lock()
         self.copies: list[_Copy] = []
         self.outcomes: dict[int, Stored | ActionError] = {}
+        self.found: list[tuple[int, str]] = []
+        """(directory, name) of each file found stored already: a crashed attempt may have left a copy beside it."""
 
     def directory(self, parts: tuple[str, ...], shown: str) -> int:
         with self.dirs_lock:
@@ -215,6 +217,7 @@ class _Batch:
                     # Already stored (a retry): the source may only go if it really is the data we hold.
                     check_source_sync(record, self.algorithm, self.abort)
                 self.outcomes[index] = Stored(shown, False)
+                self.found.append((dir_fd, name))
                 return
             copy = _Copy(index, record, dir_fd, name, shown, _temp_name(name))
             self.copies.append(copy)
@@ -254,9 +257,9 @@ class _Batch:
         for copy in self.copies:
             unlink_quietly(copy.dir_fd, copy.temp)
         by_dir: dict[int, set[str]] = {}
-        for copy in self.copies:
-            if isinstance(self.outcomes.get(copy.index), Stored):
-                by_dir.setdefault(copy.dir_fd, set()).add(copy.name)
+        stored = [(copy.dir_fd, copy.name) for copy in self.copies if isinstance(self.outcomes.get(copy.index), Stored)]
+        for dir_fd, name in stored + self.found:
+            by_dir.setdefault(dir_fd, set()).add(name)
         for dir_fd, names in by_dir.items():
             with contextlib.suppress(OSError):
                 _remove_stale_temps(dir_fd, names)

@@ -264,6 +264,27 @@ def test_a_kill_in_the_middle_of_a_batch_leaves_no_visible_file_and_the_retry_st
     assert hidden_leftovers(root) == [], "the retry cleans up what the crash left"
 
 
+def test_a_leftover_of_a_second_attempt_is_cleaned_when_its_file_is_found_stored(tmp_path: Path) -> None:
+    # A worker presumed dead (a late heartbeat) runs a record twice: one attempt publishes it, the other is
+    # killed with its copy half written. The retry finds the file stored, and cleans up the half copy.
+    records = files(tmp_path / "mountain", 2, size=64 * 1024)
+    root = tmp_path / "store"
+    root.mkdir()
+    batch = [(record, Path(record.path).name) for record in records]
+    storing.store_batch_sync(batch, str(root))
+    elsewhere = tmp_path / "half"
+    elsewhere.mkdir()
+    argv = [str(field) for record in records for field in (record.path, record.checksum, record.size)]
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AT_PUBLISH, str(elsewhere), *argv], check=False)
+    assert crashed.returncode == -signal.SIGKILL
+    for leftover in hidden_leftovers(elsewhere):
+        leftover.rename(root / leftover.name)
+    assert len(hidden_leftovers(root)) == len(records)
+    outcomes = storing.store_batch_sync(batch, str(root))
+    assert all(isinstance(outcome, storing.Stored) and not outcome.copied for outcome in outcomes)
+    assert hidden_leftovers(root) == [], "the half copies beside the stored files are gone"
+
+
 @pytest.mark.parametrize("name", ["disk_store", "network_move"])
 @pytest.mark.parametrize(("key", "value", "problem"), [("batch_size", 0, "batch_size must be at least 1"),
                                                        ("batch_bytes", 0, "batch_bytes must be at least 1"),
