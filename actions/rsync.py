@@ -60,6 +60,10 @@ _HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])"
 _USER = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?"
 _RSYNC_URL = re.compile(rf"rsync://{_USER}{_HOST}(?::[0-9]{{1,5}})?/[A-Za-z0-9_.-]+(?:/\S*)?")
 _SSH_TARGET = re.compile(rf"{_USER}{_HOST}:(?!//)\S*")
+_MKPATH_RACE = re.compile(r'mkdir "[^"\n]*" (?:\(in [^)\n]*\) )?failed: File exists \(17\)')
+"""What rsync says when its ``--mkpath`` lost a race: two rsyncs making the same missing directory at once (two
+batches to a new destination), the one that finds it made by the other fails (exit status 11) instead of using
+it. The directory is there then, so the send is run again, once."""
 _ESCAPED = re.compile(rb"\\#([0-7]{3})")
 """rsync prints a byte of a name it cannot show (a control character, non-ASCII) as ``\\#ooo``."""
 
@@ -199,6 +203,8 @@ async def send(base: list[str], tree: str, listing: str, destination: str, *, mk
             *(["--ignore-times"] if ignore_times else []), f"--files-from={listing}", "--from0",
             f"--out-format={SENT_MARK} %i %n", *base[1:], "--", f"{tree.rstrip('/')}/", join(destination, "")]
     result = await run_command(argv)
+    if mkpath and result.status == 11 and _MKPATH_RACE.search(result.stderr):
+        result = await run_command(argv)
     transferred = set()
     for line in _marked(result.stdout, SENT_MARK):
         change, _, name = line.partition(" ")

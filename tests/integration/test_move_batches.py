@@ -73,6 +73,27 @@ async def test_a_batch_of_new_files_costs_one_rsync_verified_end_to_end(daemon: 
     assert len(daemon.received()) == BATCH
 
 
+async def test_a_send_that_lost_rsyncs_mkpath_race_is_run_again(daemon: RsyncDaemon, valley: Path,
+                                                                 tmp_path: Path) -> None:
+    # Two batches to a new destination make its directory at once with --mkpath, and rsync fails the one that
+    # finds it made by the other (exit status 11). This rsync loses that race on its first call, as rsync does.
+    records = files(tmp_path / "mountain", BATCH)
+    program, calls = recording_rsync(tmp_path)
+    racing, lost = tmp_path / "racing-rsync", tmp_path / "lost-once"
+    racing.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{lost}" ]; then touch "{lost}"\n'
+        """  echo 'rsync: [Receiver] mkdir "new" (in valley) failed: File exists (17)' >&2\n"""
+        "  echo 'rsync error: error in file IO (code 11) at main.c(808) [Receiver=3.5.0]' >&2; exit 11\n"
+        f'fi\nexec "{program}" "$@"\n')
+    racing.chmod(0o755)
+    action = build("network_move", tmp_path, destination=daemon.url("valley", "new"), rsync=str(racing),
+                   batch_size=BATCH, batch_age=60.0)
+    assert await run_all(action, records) == [None] * BATCH
+    assert lost.exists() and len(calls.read_text().splitlines()) == 1, "sent again, once, and verified by it"
+    assert sorted(path.name for path in (valley / "new").iterdir()) == [Path(r.path).name for r in records]
+
+
 async def test_sources_not_at_their_layout_paths_are_sent_from_a_tree_laid_out_as_the_destination(
         daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:
     records = files(tmp_path / "mountain", 3)
