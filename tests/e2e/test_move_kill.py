@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
+import signal
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -70,8 +71,15 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
                 # Past the first batches, which are cut small (batch_age = 0): a full one takes a second to send.
                 return len(daemon.received()) >= 3 and bool(glob.glob(work_dirs))
 
-            await eventually(lambda: asyncio.sleep(0, result=mid_batch()), timeout=30.0,
-                             what="files to arrive while a batch is being sent")
+            while True:
+                await eventually(lambda: asyncio.sleep(0, result=mid_batch()), timeout=30.0,
+                                 what="files to arrive while a batch is being sent")
+                # Stopped, then looked at again: a batch that ended between the look and the kill would leave
+                # nothing to clean up.
+                first.signal(signal.SIGSTOP)
+                if mid_batch():
+                    break
+                first.signal(signal.SIGCONT)
             first.kill()
             held = await store.processing(worker)  # nobody sweeps the dead worker's records before the next starts
             # Held: running, or done and waiting to be settled; at most twice what runs at once.
