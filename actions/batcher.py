@@ -14,6 +14,11 @@ R = TypeVar("R")
 
 __all__ = ["BATCHES_IN_FLIGHT", "BatchOptions", "MicroBatcher"]
 
+BATCH_PATIENCE = 0.25
+"""Seconds at most a batch that is not full waits, while another batch of the action is handled, for that one to
+end: during a burst the records come a few at a time, and each batch costs its rsync or its sync whatever it
+holds (measured: batches of 7 to 48 records out of 100, each taking 0.07-0.15 s). A record that comes alone
+goes at once."""
 BATCHES_IN_FLIGHT = 2
 """Batches of one action handled at once: one is prepared (files read and hashed, copied into the archive) while
 the other is sent, synced or waits for the catalog lease."""
@@ -51,4 +56,4 @@ class BatchOptions:
     def batcher(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]],
                 size_of: Callable[[T], int]) -> MicroBatcher[T, R]:
         return MicroBatcher(handle, size=self.batch_size, age=self.batch_age, in_flight=BATCHES_IN_FLIGHT,
-                            weight=size_of, max_weight=self.batch_bytes)
+                            weight=size_of, max_weight=self.batch_bytes, patience=BATCH_PATIENCE)

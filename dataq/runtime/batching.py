@@ -31,15 +31,20 @@ class MicroBatcher(Generic[T, R]):
     A batch is cut when it holds ``size`` items (or ``max_weight`` of ``weight``), or ``age`` seconds after its
     first item, whichever comes first; at most ``in_flight`` batches are handled at once. A batch due by age
     while every slot is busy keeps gathering until a slot frees (so a busy handler gets fuller batches, the
-    way a group commit works); ``age=0`` thus means "as soon as a slot is free". ``handle`` returns one result
-    per item, in order; if it raises, every caller of that batch gets the exception. A caller cancelled before
-    its batch is handled leaves the batch; once every caller of a running batch has left (their timeouts, a
-    shutdown), the handler is cancelled too.
+    way a group commit works); ``age=0`` thus means "as soon as a slot is free". With ``patience``, a batch due
+    while a slot is free but another batch is being handled gathers until that batch ends, ``patience`` seconds
+    at most: items come in a stream then (a burst), and a batch of a few costs a handler's call as a full one
+    does. With nothing being handled it is cut at once, so a lone item waits for nothing.
+
+    ``handle`` returns one result per item, in order; if it raises, every caller of that batch gets the exception.
+    A caller cancelled before its batch is handled leaves the batch; once every caller of a running batch has
+    left (their timeouts, a shutdown), the handler is cancelled too.
     """
 
     def __init__(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]], *, size: int, age: float,
-                 in_flight: int = 2, weight: Callable[[T], int] | None = None, max_weight: int | None = None) -> None:
-        self._handle, self.size, self.age = handle, size, age
+                 in_flight: int = 2, weight: Callable[[T], int] | None = None, max_weight: int | None = None,
+                 patience: float = 0.0) -> None:
+        self._handle, self.size, self.age, self.patience = handle, size, age, patience
         self._weight, self._max_weight = weight, max_weight
         self._pending: _Batch[T, R] = _Batch([])
         self._timer: asyncio.TimerHandle | None = None
@@ -50,7 +55,8 @@ class MicroBatcher(Generic[T, R]):
 
     @property
     def cut_at(self) -> float | None:
-        """When (event-loop time) the pending batch is cut by age; None when nothing is pending."""
+        """When (event-loop time) the pending batch is cut by age or patience at the latest; None when nothing
+        is pending or it waits for a free slot."""
         return self._timer.when() if self._timer is not None else None
 
     async def submit(self, item: T) -> R:
@@ -74,6 +80,9 @@ class MicroBatcher(Generic[T, R]):
         self._timer = None
         if self._slots.locked():
             self._due = True  # cut when a running batch ends: the items that come meanwhile join this one
+        elif self._running and self.patience > 0:
+            self._due = True  # the same, though a slot is free, for ``patience`` at most
+            self._timer = asyncio.get_running_loop().call_later(self.patience, self.flush)
         else:
             self.flush()
 

@@ -168,3 +168,31 @@ async def test_close_waits_for_batches_that_finish_within_the_grace_period() -> 
     await settle()
     assert await batcher.close(5.0) is True
     assert await caller == 30
+
+
+async def test_with_patience_a_batch_due_while_another_runs_gathers_until_it_ends() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=2, patience=NEVER)
+    first = asyncio.create_task(batcher.submit(1))
+    await settle()
+    assert handler.batches == [[1]], "nothing running: a lone item goes at once"
+    later = [asyncio.create_task(batcher.submit(n)) for n in (2, 3, 4)]
+    await asyncio.sleep(0.05)
+    assert handler.batches == [[1]], "a slot is free, but a batch runs: the next one gathers"
+    handler.release.set()
+    assert await asyncio.gather(first, *later) == [10, 20, 30, 40]
+    assert handler.batches == [[1], [2, 3, 4]]
+
+
+async def test_patience_runs_out_while_a_long_batch_still_runs() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=2, patience=0.1)
+    first = asyncio.create_task(batcher.submit(1))
+    await settle()
+    second = asyncio.create_task(batcher.submit(2))
+    await asyncio.sleep(0.05)
+    assert handler.batches == [[1]]
+    await asyncio.sleep(0.15)
+    assert handler.batches == [[1], [2]], "the free slot takes it once patience has run out"
+    handler.release.set()
+    assert await asyncio.gather(first, second) == [10, 20]
