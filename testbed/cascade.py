@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dataq.embedded.redis_server import EmbeddedRedis, free_port
+from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 from testbed.chaos import Daemon
+from testbed.ports import unclaimed_port
 from testbed.rsync import LOOPBACK, RsyncDaemon
 from testbed.settings_file import write_tables
 
@@ -34,7 +35,7 @@ class Site:
         self.archive = self.root / "store"
         self.redis = EmbeddedRedis(self.root / "redis", port=0, appendfsync="always")
         self.rsync = RsyncDaemon(self.root / "rsyncd", {MODULE: self.incoming})
-        self.port = free_port()
+        self.port = unclaimed_port()  # known to the site before, and bound only when its push daemon starts
         self.config = self.root / "dataq.toml"
         self.push = Daemon("push", self.config)
         self.pop = Daemon("pop", self.config)
