@@ -74,11 +74,14 @@ class Intake:
         *,
         workers: int | None = None,
         on_unreadable: Callable[[str], None] | None = None,
+        on_loop: bool = True,
     ) -> None:
-        """``on_unreadable`` gets the path of a file this feeder may not read (a writer's chmod comes later)."""
+        """``on_unreadable`` gets the path of a file this feeder may not read (a writer's chmod comes later);
+        ``on_loop=False`` looks at every file on a thread (a network file system, whose reads may hang)."""
         self.spool, self.forwarder, self.rules = spool, forwarder, rules
         self.on_unreadable = on_unreadable
         self.workers = workers or os.cpu_count() or 1
+        self.on_loop = on_loop
         self._examiner: MicroBatcher[str, Examined | OSError | ValueError] | None = None
         """Gathers the files to look at into batches for the checksum threads (while :meth:`take_files` runs)."""
         self._large_files: ThreadPoolExecutor | None = None
@@ -105,7 +108,8 @@ class Intake:
         loop = asyncio.get_running_loop()
         # Files that arrive together are looked at together: one trip to a thread, if need be, serves them all.
         async def examine(paths: list[str]) -> list[Examined | OSError | ValueError]:
-            outcomes = self._examine_all(paths, INLINE_BYTES, time.monotonic() + INLINE_BUDGET)
+            outcomes = self._examine_all(paths, INLINE_BYTES, time.monotonic() + INLINE_BUDGET) if self.on_loop \
+                else []
             if len(outcomes) < len(paths):  # out of time: the rest on a thread
                 outcomes += await loop.run_in_executor(pool, self._examine_all, paths[len(outcomes):])
             return outcomes
@@ -149,8 +153,14 @@ class Intake:
         finally:
             if not consuming.done():
                 consuming.cancel()  # the source's await is cancelled with it: the watcher stops
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await consuming
+            cancelled = False
+            while not consuming.done():  # a second cancel must not leave the watcher half stopped
+                try:
+                    await asyncio.wait({consuming})
+                except asyncio.CancelledError:
+                    cancelled = True
+            if not consuming.cancelled():
+                consuming.exception()  # retrieved: raised above, or superseded by what is raised
             await _close_source(source)
             for job in jobs:
                 job.cancel()
@@ -163,6 +173,8 @@ class Intake:
             self._abort.set()
             for threads in (pool, large_files):
                 await asyncio.to_thread(threads.shutdown, wait=True, cancel_futures=True)
+            if cancelled:
+                raise asyncio.CancelledError  # the second cancel, passed on once intake has stopped
 
     async def take_records(self, records: AsyncIterable[Record]) -> None:
         """Keep every record of ``records`` (made elsewhere: a file of record lines, a scan)."""

@@ -94,7 +94,8 @@ async def watch_and_forward(
                 log.info("forgot files no longer in the watched directory", count=forgotten)
 
         watcher = Watcher(options, on_listed=listed, on_watching=on_watching)
-        intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later)
+        # A polled directory is on a network file system, whose reads may hang: never on the event loop.
+        intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later, on_loop=options.poll is None)
         log.info("feeding", directory=options.root, spool=spool.directory,
                  targets=link.names())
         ending = asyncio.Event()
