@@ -34,6 +34,8 @@ SETTLE_BATCH = 2000
 """Answers that make a settlement at once."""
 IDLE_RECHECK = 5.0
 """Seconds between two looks at an idle spool (records made pending again by another process)."""
+READ_AHEAD_WINDOWS = 2
+"""Windows of rows given to the link at most before their answers: one in flight, one waiting to go."""
 OUTAGE_BACKOFF_CAP = 30.0
 """Longest wait between two attempts to reach the push daemons during an outage."""
 
@@ -74,6 +76,8 @@ class Forwarder:
         self._nothing_sent = asyncio.Event()
         """Set while every record sent has been answered: a stop then has nothing to wait for."""
         self._nothing_sent.set()
+        self._answer = asyncio.Event()
+        """Set by every answer: the reader of the spool waits for one while enough rows are out."""
         self._next_index = 0
         self._done: list[int] = []
         self._refused: list[tuple[int, str]] = []
@@ -140,6 +144,11 @@ class Forwarder:
                 # outage is then not sent after it.
                 await _first(self._connected.wait(), self._stop.wait())
                 continue
+            if len(self._sent) >= READ_AHEAD_WINDOWS * self.feeder.window:
+                # Rows are read (and their files looked at) shortly before they go out, as in an outage.
+                self._answer.clear()
+                await _first(self._answer.wait(), self._stop.wait())
+                continue
             rows = await self.spool.pending(cursor, self.feeder.window)
             if not rows:
                 self._wake.clear()
@@ -187,6 +196,7 @@ class Forwarder:
 
     def _on_reply(self, index: int, reply: Reply) -> None:
         row = self._sent.pop(index)
+        self._answer.set()
         if not self._sent:
             self._nothing_sent.set()
         if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) and plain_form(row.line) != row.line:
