@@ -51,6 +51,8 @@ class MicroBatcher(Generic[T, R]):
         self._due = False
         """The pending batch is past its age and waits for a free slot."""
         self._slots = asyncio.Semaphore(in_flight)
+        self._closed = False
+        """close() gave up waiting: no batch starts any more."""
         self._running: set[_Batch[T, R]] = set()
 
     @property
@@ -93,6 +95,10 @@ class MicroBatcher(Generic[T, R]):
             self._timer = None
         self._due = False
         batch, self._pending = self._pending, _Batch([])
+        if self._closed:
+            for _, future in batch.entries:
+                future.cancel()  # as a caller of a running batch is when close() gives up
+            return
         if batch.entries:
             batch.task = asyncio.create_task(self._run(batch), name="micro-batch")
             self._running.add(batch)
@@ -124,6 +130,9 @@ class MicroBatcher(Generic[T, R]):
                 await self.drain()
             return True
         except TimeoutError:
+            # Nothing starts after this: the batch still gathering is given up as the running ones are.
+            self._closed = True
+            self.flush()
             tasks = {batch.task for batch in self._running if batch.task is not None}
             for task in tasks:
                 task.cancel()

@@ -196,3 +196,20 @@ async def test_patience_runs_out_while_a_long_batch_still_runs() -> None:
     assert handler.batches == [[1], [2]], "the free slot takes it once patience has run out"
     handler.release.set()
     assert await asyncio.gather(first, second) == [10, 20]
+
+
+async def test_once_close_gives_up_no_batch_starts_and_waiting_callers_are_cancelled() -> None:
+    handler = Recorder(hold=True)
+    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=2, patience=NEVER)
+    running = asyncio.create_task(batcher.submit(1))
+    await settle()
+    closing = asyncio.create_task(batcher.close(grace=0.1))
+    await settle()
+    waiting = asyncio.create_task(batcher.submit(2))  # comes during the grace; gathers while the first runs
+    assert await closing is False
+    await settle()
+    assert handler.batches == [[1]], "nothing started after close gave up"
+    assert running.cancelled() and waiting.cancelled()
+    late = asyncio.create_task(batcher.submit(3))
+    await asyncio.sleep(0.01)
+    assert late.cancelled() and handler.batches == [[1]]
