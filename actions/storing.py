@@ -217,7 +217,10 @@ class _Batch:
                     # Already stored (a retry): the source may only go if it really is the data we hold.
                     check_source_sync(record, self.algorithm, self.abort)
                 self.outcomes[index] = Stored(shown, False)
-                self.found.append((dir_fd, name))
+                if len(name) < TEMP_NAME_KEEP:
+                    # A temporary name holds a long name cut short: it could then be another record's copy in
+                    # progress, which only a copy of our own (made just now, below) may clear.
+                    self.found.append((dir_fd, name))
                 return
             copy = _Copy(index, record, dir_fd, name, shown, _temp_name(name))
             self.copies.append(copy)
