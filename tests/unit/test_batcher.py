@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from dataq.actions.batcher import MicroBatcher
 
 NEVER = 3600.0
@@ -114,15 +116,20 @@ async def test_drain_cuts_the_pending_batch_without_waiting_for_its_age() -> Non
     assert await pending == 50
 
 
-async def test_a_batch_due_by_age_while_every_slot_is_busy_gathers_until_one_frees() -> None:
+@pytest.mark.parametrize(("in_flight", "patience", "why"), [
+    (1, 0.0, "past its age, but no slot is free: it keeps gathering"),
+    (2, NEVER, "with patience, a slot is free but a batch runs: the next one gathers until it ends"),
+])
+async def test_a_batch_due_by_age_while_another_runs_gathers_until_it_ends(
+        in_flight: int, patience: float, why: str) -> None:
     handler = Recorder(hold=True)
-    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=1)
+    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=in_flight, patience=patience)
     first = asyncio.create_task(batcher.submit(1))
     await settle()
-    assert handler.batches == [[1]], "a free slot: cut at the next turn of the loop"
+    assert handler.batches == [[1]], "nothing running: cut at the next turn of the loop"
     later = [asyncio.create_task(batcher.submit(n)) for n in (2, 3, 4)]
     await asyncio.sleep(0.05)
-    assert handler.batches == [[1]], "past its age, but no slot is free: it keeps gathering"
+    assert handler.batches == [[1]], why
     handler.release.set()
     assert await asyncio.gather(first, *later) == [10, 20, 30, 40]
     assert handler.batches == [[1], [2, 3, 4]]
@@ -168,20 +175,6 @@ async def test_close_waits_for_batches_that_finish_within_the_grace_period() -> 
     await settle()
     assert await batcher.close(5.0) is True
     assert await caller == 30
-
-
-async def test_with_patience_a_batch_due_while_another_runs_gathers_until_it_ends() -> None:
-    handler = Recorder(hold=True)
-    batcher = MicroBatcher(handler, size=100, age=0.0, in_flight=2, patience=NEVER)
-    first = asyncio.create_task(batcher.submit(1))
-    await settle()
-    assert handler.batches == [[1]], "nothing running: a lone item goes at once"
-    later = [asyncio.create_task(batcher.submit(n)) for n in (2, 3, 4)]
-    await asyncio.sleep(0.05)
-    assert handler.batches == [[1]], "a slot is free, but a batch runs: the next one gathers"
-    handler.release.set()
-    assert await asyncio.gather(first, *later) == [10, 20, 30, 40]
-    assert handler.batches == [[1], [2, 3, 4]]
 
 
 async def test_patience_runs_out_while_a_long_batch_still_runs() -> None:
