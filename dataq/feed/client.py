@@ -217,7 +217,7 @@ class Feeder:
         index = 0
         try:
             if isinstance(items, AsyncIterable):
-                # One item at a time: an async source may be slow, and what it has given must go out at once.
+                # As the source gives them (an item, or a list): it may be slow, and what it gave must go out now.
                 async for item in items:
                     given = item if isinstance(item, list) else [item]
                     entries = []
