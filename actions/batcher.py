@@ -15,7 +15,7 @@ R = TypeVar("R")
 __all__ = ["BATCHES_IN_FLIGHT", "BatchOptions", "MicroBatcher"]
 
 BATCH_PATIENCE = 0.25
-"""Seconds at most a batch that is not full waits, while another batch of the action is handled, for that one to
+"""Seconds at most a batch that is not full waits, while other batches of the action are handled, for them to
 end: during a burst the records come a few at a time, and each batch costs its rsync or its sync whatever it
 holds (measured: batches of 7 to 48 records out of 100, each taking 0.07-0.15 s). A record that comes alone
 goes at once."""

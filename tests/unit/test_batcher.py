@@ -135,6 +135,44 @@ async def test_a_batch_due_by_age_while_another_runs_gathers_until_it_ends(
     assert handler.batches == [[1], [2, 3, 4]]
 
 
+class Gates:
+    """A batch handler whose batches each wait for their own release (``open(n)``: the n-th batch's)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gates: list[asyncio.Event] = []
+
+    def open(self, batch: int) -> None:
+        self.gates[batch].set()
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return [item * 10 for item in items]
+
+
+async def test_with_patience_a_due_batch_waits_for_every_running_batch_not_the_first_to_end() -> None:
+    handler = Gates()
+    batcher = MicroBatcher(handler, size=3, age=0.0, in_flight=3, patience=NEVER)
+    full = [asyncio.create_task(batcher.submit(n)) for n in range(1, 7)]
+    await settle()
+    assert handler.batches == [[1, 2, 3], [4, 5, 6]], "full batches are cut at once"
+    gathering = [asyncio.create_task(batcher.submit(7))]
+    await settle()
+    handler.open(0)
+    await settle()
+    assert handler.batches == [[1, 2, 3], [4, 5, 6]], "a slot is free, but one batch still runs: it gathers on"
+    gathering.append(asyncio.create_task(batcher.submit(8)))
+    await settle()
+    handler.open(1)
+    await settle()
+    assert handler.batches == [[1, 2, 3], [4, 5, 6], [7, 8]], "cut once nothing runs"
+    handler.open(2)
+    assert await asyncio.gather(*full, *gathering) == [10, 20, 30, 40, 50, 60, 70, 80]
+
+
 async def test_a_batch_is_cut_once_its_items_weigh_max_weight() -> None:
     handler = Recorder()
     batcher = MicroBatcher(handler, size=100, age=0.01, weight=lambda item: item, max_weight=10)
