@@ -22,8 +22,11 @@ its own (as the program whose files are watched; it holds their bytes before it 
   p50 and p99 (nearest rank) in ms.
 * **burst**: ``--burst`` files of 20 KB (1,000 by default) written as fast as possible: the first file's close ->
   the last file's arrival; for dataq, -> the later of that and the queue's ``done`` counter reaching every record
-  (polled every 5 ms), in seconds. Two more rows: the burst to its last arrival alone
-  (for dataq, without "done"), and how long writing it took (the writer shares the CPUs with the system).
+  (polled every 5 ms), in seconds. Three more rows: the burst to its last arrival alone
+  (for dataq, without "done"), how long writing it took (the writer shares the CPUs with the system), and the
+  time the burst's CPU alone needs: the CPU seconds of the system's processes (Redis and the rsync daemon
+  included, from ``/proc``) and of the writer, over the CPUs. A system that takes about that long is bound by
+  the CPUs; one that takes longer waits (lsyncd its delay).
 
 After each run every file at the destination must be the source's bytes (md5) and nothing else be there, and no
 dataq record may be inactive, active or in flight. Rounds (``--rounds``) rotate which system goes first; the
@@ -44,6 +47,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import statistics
@@ -277,9 +281,11 @@ busy while dataq delivers but idle while lsyncd waits out its delay: that would 
 only. CLOCK_MONOTONIC, which ``time.monotonic`` reads, is one clock for every process of the host."""
 
 
-def write_files(directory: Path, files: dict[str, bytes], rate: float | None) -> list[float]:
+def write_files(directory: Path, files: dict[str, bytes], rate: float | None) -> tuple[list[float], float]:
     """Each file written whole and closed, at ``rate`` files/s or as fast as possible, by a process of its own
-    that holds every file's bytes before it starts: the close times (monotonic)."""
+    that holds every file's bytes before it starts: the close times (monotonic), and the CPU seconds the writer
+    spent (the bench's only child reaped meanwhile: the systems' processes are reaped once they stop)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.NamedTemporaryFile(dir=directory.parent, prefix=".writer-", delete=False) as blob:
         for data in files.values():
             blob.write(data)
@@ -294,7 +300,8 @@ def write_files(directory: Path, files: dict[str, bytes], rate: float | None) ->
     if writer.wait() != 0:
         raise SystemExit(f"the writer failed with exit {writer.returncode}")
     closes: list[float] = json.loads(out)
-    return closes
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return closes, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def check_destination(directory: Path, files: dict[str, bytes]) -> None:
@@ -344,7 +351,7 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             await asyncio.to_thread(subprocess.run, ["sync"], check=True)
             watched = [process.pid for process in processes] + list(shared)
             cpu_before = tree_cpu(watched)
-            closes = await asyncio.to_thread(write_files, source, files, rate)
+            closes, writer_cpu = await asyncio.to_thread(write_files, source, files, rate)
 
             async def arrived() -> bool:
                 return arrivals.have(list(files))
@@ -374,6 +381,8 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
         system.add("burst arrived", max(arrivals.at.values()) - closes[0])
         system.add("burst written", closes[-1] - closes[0])
         system.add("burst", max(settled, *arrivals.at.values()) - closes[0])
+        # Work that cannot take less than its CPU seconds spread over every core: the system's and the writer's.
+        system.add("burst cpu bound", (sum(cpu.values()) + writer_cpu) / (os.cpu_count() or 1))
     await asyncio.to_thread(check_destination, destination, everything)
     shutil.rmtree(source)
     shutil.rmtree(destination)
@@ -389,7 +398,8 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
     rows = [("trickle p50", f"trickle p50 ({TRICKLE_FILES} x {TRICKLE_BYTES // 1000} KB at {TRICKLE_RATE:g}/s), ms"),
             ("trickle p99", "trickle p99, ms"), ("burst", f"burst ({args.burst:,} x {BURST_BYTES // 1000} KB), s"),
             ("burst arrived", "burst, to the last arrival only (no done), s"),
-            ("burst written", "burst, first close -> last close (the writer, slowed by the system), s")]
+            ("burst written", "burst, first close -> last close (the writer, slowed by the system), s"),
+            ("burst cpu bound", "burst, CPU bound: (the system's CPU s + the writer's) / CPUs, s")]
     medians = {s.label: {row: statistics.median(s.results[row]) for row, _ in rows if row in s.results}
                for s in systems}
     lsyncd, dataqs = systems[0], systems[1:]
