@@ -24,12 +24,11 @@ from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import ActionError, Retryable
+from dataq.runtime import spawn
 from dataq.runtime.children import dying_with_parent
 
 STDERR_TAIL_LINES = 5
 """Lines of rsync's stderr quoted in a failure (its last lines say what went wrong)."""
-KILL_WAIT = 5.0
-"""Seconds to wait for a killed rsync to be reaped."""
 VERIFY_MARK = "dataq-verify"
 """Prefixes the lines of the verifying rsync that describe a file, so nothing else it prints is parsed."""
 SENT_MARK = "dataq-sent"
@@ -126,6 +125,14 @@ async def run_command(argv: list[str]) -> Completed:
     runs on without the daemon that would record it.
     """
     armed, preexec = dying_with_parent(argv, signal.SIGTERM)
+    if preexec is None and spawn.AVAILABLE:
+        # posix_spawn, not a fork of the daemon (see dataq.runtime.spawn): one start per batch, per record in a
+        # trickle.
+        try:
+            finished = await spawn.run_to_end(armed)
+        except OSError as exc:
+            raise ActionError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+        return Completed(finished.returncode, os.fsdecode(finished.stdout), finished.stderr.decode(errors="replace"))
     try:
         process = await asyncio.create_subprocess_exec(
             *armed, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -146,9 +153,9 @@ async def run_command(argv: list[str]) -> Completed:
 
 
 async def _reaped(process: asyncio.subprocess.Process) -> None:
-    """Wait up to :data:`KILL_WAIT` seconds for a killed child to be reaped (shielded by the caller: a second
-    cancel must not leave a zombie)."""
-    async with asyncio.timeout(KILL_WAIT):
+    """Wait up to :data:`~dataq.runtime.spawn.KILL_WAIT` seconds for a killed child to be reaped (shielded by the
+    caller: a second cancel must not leave a zombie)."""
+    async with asyncio.timeout(spawn.KILL_WAIT):
         await process.wait()
 
 

@@ -8,9 +8,10 @@ Hand-written rather than a library (python-prctl needs libcap headers to build):
 through ctypes.
 
 A ``preexec_fn`` makes Python fork the whole daemon and run Python in the child (5.6 ms of CPU per start from a
-pop daemon, measured), where a plain start uses ``vfork`` (0.8 ms). Children started often (``network_move``'s
-rsync, one per batch) are therefore armed by util-linux's ``setpriv --pdeathsig`` exec'ing the program instead
-(:func:`dying_with_parent`), when it is installed.
+pop daemon, measured), where a plain start uses ``vfork`` (0.8 ms) on asyncio's loop. Children started often
+(``network_move``'s rsync, one per batch) are therefore armed by util-linux's ``setpriv --pdeathsig`` exec'ing the
+program instead (:func:`dying_with_parent`), when it is installed, and started by :mod:`dataq.runtime.spawn`
+(``posix_spawn``: uvloop, the daemons' loop, would fork the daemon even for a plain start).
 
 The kernel's "parent" is the *thread* that started the child: start such children from the main thread (the
 event loop's), never from a worker thread that may end first. When that thread dies, the child passes to another

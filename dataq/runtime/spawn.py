@@ -1,0 +1,133 @@
+"""Running a program to its end from the event loop through ``posix_spawn``, without a fork of the daemon.
+
+uvloop, the daemons' loop, starts a subprocess with libuv's ``fork()``: the kernel copies the daemon's page tables
+while the event loop stands still (measured here: 3 ms from a 25 MB process, 6 ms at 40 MB, 10-15 ms at 100 MB),
+and the copy costs CPU in the kernel besides. ``posix_spawn`` is a vfork-like clone in glibc: 0.3-0.4 ms from the
+same processes. ``network_move`` starts an rsync per batch, and per record in a trickle, so the pop daemon starts
+programs often. :func:`run_to_end` starts one with ``posix_spawnp``, reads its output from non-blocking pipes and
+sees its end through a pidfd (Linux 5.3), all on the running loop, whichever it is.
+
+The child leads a session of its own (as ``start_new_session``): cancelling the caller kills the whole session, so
+helpers the program forked (rsync's receiver, ssh) end with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+from dataclasses import dataclass
+
+AVAILABLE = hasattr(os, "posix_spawnp") and hasattr(os, "pidfd_open")
+"""Whether this platform has what :func:`run_to_end` needs (Linux with Python 3.9 or later does)."""
+KILL_WAIT = 5.0
+"""Seconds a killed child gets to be reaped and to close its output before the caller goes on without it."""
+READ_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How a program ended: its exit status (minus the signal's number if a signal ended it), and its output."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+async def run_to_end(argv: list[str]) -> Finished:
+    """Run ``argv`` (found on ``PATH``, never through a shell; stdin ``/dev/null``) until it has exited and its
+    output is closed. OSError if it cannot be started; a cancelled caller kills its session first."""
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    try:
+        # Blocks the loop only while the clone execs (0.3-0.4 ms), the very point of this module.
+        pid = os.posix_spawnp(argv[0], argv, os.environ, setsid=True, file_actions=[  # noqa: ASYNC221
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_write, 1),
+            (os.POSIX_SPAWN_DUP2, err_write, 2),
+        ])
+    except BaseException:
+        os.close(out_read)
+        os.close(err_read)
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    child = _Child(asyncio.get_running_loop(), pid, out_read, err_read)
+    try:
+        await asyncio.shield(child.ended)  # shielded: a cancel must not cancel the future the kill waits on
+    except BaseException:
+        child.kill()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(KILL_WAIT):
+                await asyncio.shield(child.ended)
+        child.abandon()
+        raise
+    assert child.returncode is not None
+    return Finished(child.returncode, bytes(child.output[out_read]), bytes(child.output[err_read]))
+
+
+class _Child:
+    """A started child: its output read as it comes, its end seen through its pidfd, ``ended`` once both are
+    over."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pid: int, out: int, err: int) -> None:
+        self.loop, self.pid = loop, pid
+        self.output = {out: bytearray(), err: bytearray()}
+        self.returncode: int | None = None
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self._pidfd = os.pidfd_open(pid)  # a zombie has one too: a child that already ended is seen to end
+        self._open = {out, err, self._pidfd}
+        for fd in (out, err):
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, self._read, fd)
+        loop.add_reader(self._pidfd, self._exited)
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+    def abandon(self) -> None:
+        """Stop watching (the caller goes on without the child); one that has not been reaped yet is reaped by a
+        thread, so that it does not stay a zombie for the daemon's life."""
+        for fd in list(self._open):
+            self._close(fd)
+        if self.returncode is None:
+            threading.Thread(target=_reap, args=(self.pid,), name=f"reap {self.pid}", daemon=True).start()
+
+    def _read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""  # an error reading a pipe ends it as its close would
+        if data:
+            self.output[fd] += data
+        else:
+            self._close(fd)
+
+    def _exited(self) -> None:
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped elsewhere (a waitpid(-1) of another library): its status is gone
+            self.returncode = 255
+        self._close(self._pidfd)
+
+    def _close(self, fd: int) -> None:
+        if fd not in self._open:
+            return
+        self._open.discard(fd)
+        self.loop.remove_reader(fd)
+        os.close(fd)
+        if not self._open and not self.ended.done():
+            self.ended.set_result(None)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)

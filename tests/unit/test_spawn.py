@@ -1,0 +1,100 @@
+"""Running a program to its end through posix_spawn: its output, its status, its session killed when the caller
+gives up, on asyncio's loop and on uvloop (the daemons')."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import uvloop
+
+from dataq.runtime.spawn import Finished, run_to_end
+from tests.conftest import skip_on_other_os
+
+pytestmark = skip_on_other_os("needs Linux's pidfd_open")
+
+GONE_TIMEOUT = 10.0
+LOOPS = ("asyncio", "uvloop")
+T = TypeVar("T")
+
+
+def on(loop: str, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
+
+
+def gone(pid: int) -> bool:
+    """Exited and reaped (a zombie still has its /proc entry)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GONE_TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_program_gives_its_status_and_all_its_output_however_long(loop: str) -> None:
+    script = ("import sys; sys.stdout.write('o' * 1_000_000); sys.stderr.write('e' * 200_000); "
+              "sys.stdout.flush(); sys.exit(3)")
+    finished = on(loop, lambda: run_to_end([sys.executable, "-c", script]))
+    assert finished == Finished(3, b"o" * 1_000_000, b"e" * 200_000), "more than a pipe holds, no deadlock"
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_program_killed_by_a_signal_ends_with_its_number_negated_and_reads_nothing_from_stdin(loop: str) -> None:
+    assert on(loop, lambda: run_to_end(["cat"])) == Finished(0, b"", b""), "stdin is /dev/null: cat ends at once"
+    assert on(loop, lambda: run_to_end(["sh", "-c", "kill -9 $$"])).returncode == -9
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_output_left_open_by_a_helper_is_waited_for(loop: str) -> None:
+    # As communicate() does: rsync's helpers may write after the program itself has ended.
+    finished = on(loop, lambda: run_to_end(["sh", "-c", "(sleep 0.2; echo late) & echo early"]))
+    assert finished == Finished(0, b"early\nlate\n", b"")
+
+
+async def test_a_program_that_is_not_there_cannot_be_started() -> None:
+    with pytest.raises(FileNotFoundError):
+        await run_to_end(["dataq-no-such-program"])
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_cancelled_caller_kills_the_program_and_its_helpers_and_reaps_it(loop: str, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+
+    async def main() -> None:
+        started = asyncio.create_task(run_to_end(["sh", "-c", f'sleep 600 & echo $$ $! > {pids}; wait']))
+        while not pids.exists() or not pids.read_text().endswith("\n"):
+            await asyncio.sleep(0.01)
+        started.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await started
+
+    on(loop, main)
+    shell, helper = (int(pid) for pid in pids.read_text().split())
+    assert gone(shell), "killed and reaped before the cancellation came out"
+    wait_for(lambda: gone(helper) or _zombie_of_another(helper), "the helper to be killed with its session")
+
+
+def _zombie_of_another(pid: int) -> bool:
+    """The helper, killed, may wait for its new parent (init) to reap it."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def test_no_descriptor_is_left_open() -> None:
+    before = set(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        uvloop.run(run_to_end(["true"]))
+    assert set(os.listdir("/proc/self/fd")) <= before
