@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -50,14 +51,20 @@ async def counter(site: Site, name: str) -> int:
         await store.close()
 
 
-def known_files(directory: Path, algorithm: str) -> dict[str, Path]:
-    """The vectors' bytes as files, by their published digest."""
+class Vector(NamedTuple):
+    path: Path
+    data: bytes
+
+
+def known_files(directory: Path, algorithm: str) -> dict[str, Vector]:
+    """The vectors' bytes as files, by their published digest (the bytes kept: the cascade deletes each source once
+    the end of the chain holds it)."""
     directory.mkdir(parents=True)
     files = {}
     for n, (data, digest) in enumerate(VECTORS[algorithm].items()):
         path = directory / f"vector{n}.fits"
         path.write_bytes(data)
-        files[digest] = path
+        files[digest] = Vector(path, data)
     return files
 
 
@@ -76,10 +83,10 @@ async def test_each_algorithm_carries_its_published_digests_from_the_feeder_to_t
         await eventually(stored, timeout=TIMEOUT, what=f"the {algorithm} vectors stored under their digests")
         await eventually_equal(lambda: counter(sites.first, "done"), len(files), timeout=TIMEOUT,
                                what="every record done at the mountain")
-        for digest, path in files.items():
+        for digest, (path, data) in files.items():
             (copy,) = sites.last.archive.rglob(digest)
-            assert copy.read_bytes() == path.read_bytes()
-            assert (sites.last.incoming / path.name).read_bytes() == path.read_bytes()
+            assert copy.read_bytes() == data
+            assert (sites.last.incoming / path.name).read_bytes() == data
 
 
 async def test_a_site_whose_queue_uses_another_algorithm_refuses_the_hand_on_naming_both(tmp_path: Path) -> None:
@@ -99,7 +106,7 @@ async def test_a_site_whose_queue_uses_another_algorithm_refuses_the_hand_on_nam
             await store.close()
         assert state is not None and "checksum algorithm 'md5' is not this queue's: its checksums are xxh128" in \
             (state.last_error or ""), state
-        assert all(path.exists() for path in files.values()), "no source goes when the next site refused it"
+        assert all(vector.path.exists() for vector in files.values()), "no source goes when the next site refused it"
         assert stored_names(sites.last) == set()
 
 
