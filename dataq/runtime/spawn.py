@@ -20,8 +20,22 @@ import signal
 import threading
 from dataclasses import dataclass
 
-AVAILABLE = hasattr(os, "posix_spawnp") and hasattr(os, "pidfd_open")
-"""Whether this platform has what :func:`run_to_end` needs (Linux with Python 3.9 or later does)."""
+
+def _pidfds_work() -> bool:
+    """Whether the kernel gives pidfds (Linux 5.3; a seccomp filter may refuse them), asked once."""
+    if not hasattr(os, "posix_spawnp") or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
+AVAILABLE = _pidfds_work()
+"""Whether this host has what :func:`run_to_end` needs (Linux 5.3 with Python 3.9 or later does)."""
+IGNORED_BY_PYTHON = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Signals Python ignores at its start, set back to their defaults in the child (as subprocess does)."""
 KILL_WAIT = 5.0
 """Seconds a killed child gets to be reaped and to close its output before the caller goes on without it."""
 READ_BYTES = 1 << 16
@@ -40,14 +54,18 @@ async def run_to_end(argv: list[str]) -> Finished:
     """Run ``argv`` (found on ``PATH``, never through a shell; stdin ``/dev/null``) until it has exited and its
     output is closed. OSError if it cannot be started; a cancelled caller kills its session first."""
     out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
+    try:
+        err_read, err_write = os.pipe()
+    except BaseException:
+        os.close(out_read)
+        os.close(out_write)
+        raise
     try:
         # Blocks the loop only while the clone execs (0.3-0.4 ms), the very point of this module.
-        pid = os.posix_spawnp(argv[0], argv, os.environ, setsid=True, file_actions=[  # noqa: ASYNC221
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_write, 1),
-            (os.POSIX_SPAWN_DUP2, err_write, 2),
-        ])
+        pid = os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigdef=IGNORED_BY_PYTHON,  # noqa: ASYNC221
+                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                            (os.POSIX_SPAWN_DUP2, out_write, 1),
+                                            (os.POSIX_SPAWN_DUP2, err_write, 2)])
     except BaseException:
         os.close(out_read)
         os.close(err_read)
@@ -55,15 +73,27 @@ async def run_to_end(argv: list[str]) -> Finished:
     finally:
         os.close(out_write)
         os.close(err_write)
-    child = _Child(asyncio.get_running_loop(), pid, out_read, err_read)
+    try:
+        child = _Child(asyncio.get_running_loop(), pid, out_read, err_read)
+    except BaseException:
+        # Not watched: not left running either (a transfer nobody records), nor a zombie, nor open pipes.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.close(out_read)
+        os.close(err_read)
+        _reap_later(pid)
+        raise
     try:
         await asyncio.shield(child.ended)  # shielded: a cancel must not cancel the future the kill waits on
     except BaseException:
         child.kill()
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(KILL_WAIT):
                 await asyncio.shield(child.ended)
-        child.abandon()
+        except TimeoutError:
+            pass
+        finally:
+            child.abandon()  # also when a second cancel ends the wait
         raise
     assert child.returncode is not None
     return Finished(child.returncode, bytes(child.output[out_read]), bytes(child.output[err_read]))
@@ -78,17 +108,26 @@ class _Child:
         self.output = {out: bytearray(), err: bytearray()}
         self.returncode: int | None = None
         self.ended: asyncio.Future[None] = loop.create_future()
-        self._pidfd = os.pidfd_open(pid)  # a zombie has one too: a child that already ended is seen to end
-        self._open = {out, err, self._pidfd}
-        for fd in (out, err):
-            os.set_blocking(fd, False)
-            loop.add_reader(fd, self._read, fd)
-        loop.add_reader(self._pidfd, self._exited)
+        self._open: set[int] = set()
+        """Descriptors being watched (closed once done with); none are watched before all can be."""
+        pidfd = self._pidfd = os.pidfd_open(pid)  # a zombie has one too: a child that already ended is seen to end
+        try:
+            for fd in (out, err):
+                os.set_blocking(fd, False)
+                loop.add_reader(fd, self._read, fd)
+                self._open.add(fd)
+            loop.add_reader(pidfd, self._exited)
+            self._open.add(pidfd)
+        except BaseException:
+            for fd in self._open:
+                loop.remove_reader(fd)
+            os.close(pidfd)
+            raise
 
     def kill(self) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
+        """The whole session: the program's helpers too, which may outlive it holding its output."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
 
     def abandon(self) -> None:
         """Stop watching (the caller goes on without the child); one that has not been reaped yet is reaped by a
@@ -96,7 +135,7 @@ class _Child:
         for fd in list(self._open):
             self._close(fd)
         if self.returncode is None:
-            threading.Thread(target=_reap, args=(self.pid,), name=f"reap {self.pid}", daemon=True).start()
+            _reap_later(self.pid)
 
     def _read(self, fd: int) -> None:
         try:
@@ -126,6 +165,11 @@ class _Child:
         os.close(fd)
         if not self._open and not self.ended.done():
             self.ended.set_result(None)
+
+
+def _reap_later(pid: int) -> None:
+    """Reap ``pid`` on a thread of its own, whenever it ends."""
+    threading.Thread(target=_reap, args=(pid,), name=f"reap {pid}", daemon=True).start()
 
 
 def _reap(pid: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -98,3 +99,46 @@ def test_no_descriptor_is_left_open() -> None:
     for _ in range(20):
         uvloop.run(run_to_end(["true"]))
     assert set(os.listdir("/proc/self/fd")) <= before
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_cancelling_kills_helpers_that_outlive_the_program_holding_its_output(loop: str, tmp_path: Path) -> None:
+    helper_pid = tmp_path / "helper"
+
+    async def main() -> None:
+        started = asyncio.create_task(run_to_end(["sh", "-c", f"sleep 600 & echo $! > {helper_pid}"]))
+        while not helper_pid.exists() or not helper_pid.read_text().endswith("\n"):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the shell has exited; its helper still holds stdout and stderr
+        started.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await started
+
+    on(loop, main)
+    helper = int(helper_pid.read_text())
+    wait_for(lambda: gone(helper) or _zombie_of_another(helper), "the helper to be killed")
+
+
+def test_a_child_that_cannot_be_watched_is_killed_and_reaped_not_left_running(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+
+    def refused(pid: int) -> int:
+        while not pid_file.exists() or not pid_file.read_text().endswith("\n"):
+            time.sleep(0.01)
+        raise OSError(24, "Too many open files")
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    with pytest.raises(OSError, match="Too many open files"):
+        uvloop.run(run_to_end(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 600"]))
+    monkeypatch.undo()
+    wait_for(lambda: gone(int(pid_file.read_text())), "the unwatched child to be killed and reaped")
+    assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_the_child_gets_the_signals_python_ignores_back_at_their_defaults() -> None:
+    # rsync and ssh must die of SIGPIPE and SIGXFSZ as any program would, as subprocess sees to.
+    status = uvloop.run(run_to_end(["grep", "^SigIgn:", "/proc/self/status"])).stdout.decode()
+    ignored = int(status.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), status
