@@ -50,8 +50,10 @@ class MicroBatcher(Generic[T, R]):
         self._weight, self._max_weight = weight, max_weight
         self._pending: _Batch[T, R] = _Batch([])
         self._timer: asyncio.TimerHandle | None = None
+        """Before the pending batch is due: its age; once due, its patience (None: patience over, or none)."""
         self._due = False
-        """The pending batch is past its age and waits for a free slot."""
+        """The pending batch is past its age and waits: for a free slot, and while its patience lasts, for the
+        running batches to end."""
         self._slots = asyncio.Semaphore(in_flight)
         self._closed = False
         """close() gave up waiting: no batch starts any more."""
@@ -59,8 +61,8 @@ class MicroBatcher(Generic[T, R]):
 
     @property
     def cut_at(self) -> float | None:
-        """When (event-loop time) the pending batch is cut by age or patience at the latest; None when nothing
-        is pending or it waits for a free slot."""
+        """When (event-loop time) the pending batch falls due by age, or its patience runs out (it is then cut as
+        soon as a slot is free); None when nothing is pending or it waits for a free slot alone."""
         return self._timer.when() if self._timer is not None else None
 
     async def submit(self, item: T) -> R:
