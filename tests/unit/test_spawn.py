@@ -29,6 +29,18 @@ def on(loop: str, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(main()) if loop == "asyncio" else uvloop.run(main())
 
 
+async def cancelled_once_written(script: str, written: Path, after: float = 0.0) -> None:
+    """Run ``sh -c script`` and cancel the caller ``after`` seconds once the script has written a line to
+    ``written``; the cancellation must come out."""
+    started = asyncio.create_task(run_to_end(["sh", "-c", script]))
+    while not written.exists() or not written.read_text().endswith("\n"):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(after)
+    started.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await started
+
+
 def gone(pid: int) -> bool:
     """Exited and reaped (a zombie still has its /proc entry)."""
     return not Path(f"/proc/{pid}").exists()
@@ -71,16 +83,7 @@ async def test_a_program_that_is_not_there_cannot_be_started() -> None:
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_cancelled_caller_kills_the_program_and_its_helpers_and_reaps_it(loop: str, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
-
-    async def main() -> None:
-        started = asyncio.create_task(run_to_end(["sh", "-c", f'sleep 600 & echo $$ $! > {pids}; wait']))
-        while not pids.exists() or not pids.read_text().endswith("\n"):
-            await asyncio.sleep(0.01)
-        started.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await started
-
-    on(loop, main)
+    on(loop, lambda: cancelled_once_written(f"sleep 600 & echo $$ $! > {pids}; wait", pids))
     shell, helper = (int(pid) for pid in pids.read_text().split())
     assert gone(shell), "killed and reaped before the cancellation came out"
     wait_for(lambda: gone(helper) or _zombie_of_another(helper), "the helper to be killed with its session")
@@ -104,17 +107,8 @@ def test_no_descriptor_is_left_open() -> None:
 @pytest.mark.parametrize("loop", LOOPS)
 def test_cancelling_kills_helpers_that_outlive_the_program_holding_its_output(loop: str, tmp_path: Path) -> None:
     helper_pid = tmp_path / "helper"
-
-    async def main() -> None:
-        started = asyncio.create_task(run_to_end(["sh", "-c", f"sleep 600 & echo $! > {helper_pid}"]))
-        while not helper_pid.exists() or not helper_pid.read_text().endswith("\n"):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # the shell has exited; its helper still holds stdout and stderr
-        started.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await started
-
-    on(loop, main)
+    # Cancelled once the shell has exited, while its helper still holds stdout and stderr.
+    on(loop, lambda: cancelled_once_written(f"sleep 600 & echo $! > {helper_pid}", helper_pid, after=0.1))
     helper = int(helper_pid.read_text())
     wait_for(lambda: gone(helper) or _zombie_of_another(helper), "the helper to be killed")
 
