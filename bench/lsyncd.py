@@ -1,8 +1,9 @@
 """dataq with its default settings against lsyncd 2.2 (``delay = 1``), side by side on one machine, as ratios.
 
-Both send to one ``rsync --daemon`` on loopback, each into its own subdirectory of one module, from a source
-directory of its own; they never run at the same time. Per round and workload, each system gets a fresh source
-directory, a fresh destination directory and a fresh start:
+Both send to one ``rsync --daemon`` on loopback (without ``socket options``, Debian's default, or with ``socket
+options = TCP_NODELAY`` with ``--rsyncd-nodelay``, as ``docs/actions.md`` advises), each into its own subdirectory
+of one module, from a source directory of its own; they never run at the same time. Per round and workload, each
+system gets a fresh source directory, a fresh destination directory and a fresh start:
 
 * **lsyncd** (``settings{nodaemon = true}``, ``sync{default.rsync, source = SRC, target = "rsync://.../m/lsyncd/RUN/",
   delay = 1, rsync = {binary = ...}}``: otherwise lsyncd's defaults);
@@ -33,7 +34,7 @@ dataq record may be inactive, active or in flight. Rounds (``--rounds``) rotate 
 table gives medians, and ratio = lsyncd / dataq (above 1: dataq is faster). Every process started is stopped
 (process groups, SIGTERM then SIGKILL) on success, error, SIGTERM or Ctrl-C.
 
-    .venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--json]
+    .venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay] [--json]
 
 lsyncd must be installed: ``make bench-deps``, or ``apt-get install --no-install-recommends lsyncd``.
 """
@@ -82,7 +83,7 @@ POLL = 0.005
 ODD_COUNTERS = {"failed", "duplicate", "orphaned", "reclaimed", "deactivated"}
 """Counters of a queue that should stay at 0 in these runs; reported below the table if not."""
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
-RERUN = ".venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--json]"
+RERUN = ".venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay] [--json]"
 LSYNCD_CONFIG = """settings {{
     nodaemon = true,
     logfile = {log},
@@ -405,6 +406,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
     lsyncd, dataqs = systems[0], systems[1:]
     if args.json or args.only or len(args.workloads) < 2:
         print(json.dumps({"rounds": args.rounds, "burst": args.burst, "concurrency": args.concurrency,
+                          "rsyncd_nodelay": args.rsyncd_nodelay,
                           "medians": medians,
                           "values": {s.label: s.results for s in systems},
                           "notes": {s.label: s.notes for s in systems}}, indent=2))
@@ -414,6 +416,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
     print(f"load average (1, 5, 15 min): {load_before} before, {load()} after (other work on the host skews times)")
     print("dataq: `dataq run` + `dataq feed --watch SRC`, settings: the queue's actions and destination only "
           "(and Redis URL, directories, free ports)")
+    print(f"rsync daemon: {'socket options = TCP_NODELAY' if args.rsyncd_nodelay else 'no socket options'}")
     print("ratio = lsyncd / dataq (above 1: dataq is faster)\n")
     header = f"| work | {lsyncd.label} |" + "".join(f" {s.label} | ratio |" for s in dataqs)
     print(header)
@@ -438,7 +441,7 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="dataq-bench-lsyncd-", dir=os.environ.get("BENCH_DIR")) as temp, \
             EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as redis:
         work = Path(temp)
-        rsyncd = RsyncDaemon(work / "rsyncd", {MODULE: work / "dest"})
+        rsyncd = RsyncDaemon(work / "rsyncd", {MODULE: work / "dest"}, nodelay=args.rsyncd_nodelay)
         rsyncd.start()
         try:
             for round_no in range(args.rounds):
@@ -467,6 +470,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the medians and every value as JSON")
     parser.add_argument("--workloads", nargs="+", choices=("trickle", "burst"), default=("trickle", "burst"),
                         help="the workloads to run (default both)")
+    parser.add_argument("--rsyncd-nodelay", action="store_true",
+                        help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it; "
+                        "default: without, as Debian's rsyncd.conf)")
     parser.add_argument("--only", default="", help="run only the systems whose label holds this (e.g. dataq): "
                         "for profiling; the table then needs every system")
     args = parser.parse_args()

@@ -11,7 +11,11 @@ dataq time (1.0: as fast as the tool). Plain tools:
 * ``disk_store`` (verify on, default layout) into a directory of the same filesystem: ``cp -r SRC DEST``
   then ``sync``.
 
-Rounds alternate which goes first, each after a ``sync``; the table gives medians. After each dataq run every
+Rounds alternate which goes first, each after a ``sync`` and after twice the bytes it will write were written to
+a file and deleted (:func:`recycle_pages`: this VM's host backs guest memory on first touch, which made the
+second run of a round write three times slower); the table gives medians. The rsync daemon runs without
+``socket options`` (Debian's default), or with ``socket options = TCP_NODELAY`` (``--rsyncd-nodelay``, what
+``docs/actions.md`` advises); both tools send to it. After each dataq run every
 file is checked at its destination (md5) and no record may be inactive. The ``ceiling`` column is the ratio
 dataq would reach if it did the plain tool's work plus the md5 it must compute and nothing else, spread over all
 CPUs: tool / (tool + k * md5sum / CPUs), with ``md5sum`` of the same files timed in the same round and k the md5
@@ -68,6 +72,13 @@ POP_CONCURRENCY = 256
 
 
 S = TypeVar("S", bound="Scenario")
+RSYNCD = {"nodelay": False}
+"""How the benches' rsync daemon is configured (``--rsyncd-nodelay``)."""
+
+
+def rsync_daemon(work: Path) -> RsyncDaemon:
+    """The destination of a round's ``network_move`` and of its plain ``rsync``."""
+    return RsyncDaemon(work / "rsyncd", {"m": work / "module"}, nodelay=RSYNCD["nodelay"])
 
 
 async def in_rounds(scenarios: list[S], rounds: int, prefix: str,
@@ -186,7 +197,7 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
     scenario.md5sum.append(await asyncio.to_thread(timed, ["md5sum", *(record.path for record in records)]))
     queue = f"{scenario.action}{round_no}{scenario.size}"
     if scenario.action == "network_move":
-        daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+        daemon = rsync_daemon(work)
         daemon.start()
         try:
             def tool() -> float:
@@ -196,7 +207,7 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
                 return await through_dataq(url, work, queue, "network_move", {"destination": daemon.url("m", "dq")},
                                            records, concurrency)
 
-            await _both(scenario, tool, dataq, round_no)
+            await _both(scenario, tool, dataq, round_no, work)
         finally:
             daemon.stop()
         check_arrived(records, work / "module" / "dq", by_checksum=False)
@@ -210,20 +221,44 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
             return await through_dataq(url, work, queue, "disk_store", {"root": str(work / "store")}, records,
                                        concurrency)
 
-        await _both(scenario, tool, dataq, round_no)
+        await _both(scenario, tool, dataq, round_no, work)
         check_arrived(records, work / "store", by_checksum=True)
 
 
 async def _both(scenario: Scenario, tool: Callable[[], float], dataq: Callable[[], Awaitable[float]],
-                round_no: int) -> None:
-    await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(tool)), (scenario.dataq, dataq)])
+                round_no: int, work: Path) -> None:
+    await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(tool)), (scenario.dataq, dataq)],
+                  (work, scenario.count * scenario.size))
 
 
-async def in_turn(round_no: int, runs: list[tuple[list[float], Callable[[], Awaitable[float]]]]) -> None:
-    """Each run in order (reversed in odd rounds), its seconds appended to its list."""
+RECYCLED_CHUNK = b"\0" * (1 << 20)
+
+
+def recycle_pages(directory: Path, size: int) -> None:
+    """Write ``size`` bytes to a file in ``directory`` and delete it: its page-cache pages go back to the kernel's
+    free lists, and the next writes take them first.
+
+    The guest memory of this benchmark's VM is backed by its host on first touch: writing files into memory the
+    guest had never used ran at about 300 MB/s, three times slower than into memory freed before (``cp -r`` of
+    270 MB: 0.84-0.92 s against 0.10 s). Without this, whichever run of a round came second paid for the host's
+    page faults and the ratio measured the VM."""
+    path = directory / ".recycled-pages"
+    with open(path, "wb") as blob:
+        for _ in range(-(-size // len(RECYCLED_CHUNK))):
+            blob.write(RECYCLED_CHUNK)
+    path.unlink()
+
+
+async def in_turn(round_no: int, runs: list[tuple[list[float], Callable[[], Awaitable[float]]]],
+                  recycled: tuple[Path, int] | None = None) -> None:
+    """Each run in order (reversed in odd rounds), its seconds appended to its list; with ``recycled`` (a
+    directory and the bytes a run writes), twice those bytes of page cache freed before each run
+    (:func:`recycle_pages`)."""
     # Each starts with no dirty pages: the one before's writes, still in the page cache, would otherwise throttle
     # the next one's (rsync's receiver writes without syncing).
     for times, run in runs[::-1] if round_no % 2 else runs:
+        if recycled is not None:
+            await asyncio.to_thread(recycle_pages, recycled[0], 2 * recycled[1])
         await asyncio.to_thread(timed, ["sync"])
         times.append(await run())
 
@@ -243,7 +278,10 @@ async def main() -> None:
                         help="the pop daemon's (default 256); with --whole: a tuned column at this concurrency")
     parser.add_argument("--whole", action="store_true", help="the whole path, feed --scan to done, dataq's defaults")
     parser.add_argument("--checksum", metavar="ALGO", help="with --whole: checksum = ALGO in the queue's table")
+    parser.add_argument("--rsyncd-nodelay", action="store_true",
+                        help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it)")
     args = parser.parse_args()
+    RSYNCD["nodelay"] = args.rsyncd_nodelay
     if args.quick:
         args.rounds, args.small, args.large = 1, 300, 4
     actions = [args.only] if args.only else ["network_move", "disk_store"]

@@ -49,6 +49,7 @@ from bench.move import (
     in_rounds,
     in_turn,
     make_files,
+    rsync_daemon,
     timed,
     version_of_rsync,
 )
@@ -59,13 +60,12 @@ from dataq.config.schema import PopSettings
 from dataq.embedded.redis_server import free_port
 from dataq.record import Record
 from dataq.store import QueueStore
-from testbed.rsync import RsyncDaemon
 from testbed.settings_file import write_tables
 
 DEFAULT_CONCURRENCY = PopSettings().concurrency
 TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
 RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
-        "[--checksum ALGO]"
+        "[--checksum ALGO] [--rsyncd-nodelay]"
 
 
 @dataclass
@@ -192,7 +192,7 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
         variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, []))
     daemon = None
     if scenario.action == "network_move":
-        daemon = RsyncDaemon(work / "rsyncd", {"m": work / "module"})
+        daemon = rsync_daemon(work)
         daemon.start()
         tool = ["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")]
         destinations = {name: work / "module" / name for name, *_ in variants}
@@ -212,7 +212,8 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
 
     try:
         await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(timed, *tools)),
-                                 *((times, run(name, concurrency, fed)) for name, concurrency, times, fed in variants)])
+                                 *((times, run(name, concurrency, fed)) for name, concurrency, times, fed in variants)],
+                      (work, scenario.count * scenario.size))
     finally:
         if daemon is not None:
             daemon.stop()
@@ -236,7 +237,8 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
           f"default {DEFAULT_CONCURRENCY})" + (f", tuned: concurrency {args.concurrency}" if args.concurrency else "")
           + (f"; checksum {args.checksum}" if args.checksum else "")
           + f"; {os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
-    print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}")
+    print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}"
+          + ("; rsync daemon with socket options = TCP_NODELAY" if args.rsyncd_nodelay else ""))
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print()
     tuned = (f" dataq c{args.concurrency} s | ratio c{args.concurrency} | files/s c{args.concurrency} |"

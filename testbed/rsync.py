@@ -24,9 +24,12 @@ TRANSFER_LOG_PREFIX = "dataq-test-transfer"
 class RsyncDaemon:
     """``rsync --daemon`` in the foreground on a free loopback port, one writable module per directory."""
 
-    def __init__(self, workdir: Path, modules: Mapping[str, Path]) -> None:
+    def __init__(self, workdir: Path, modules: Mapping[str, Path], *, nodelay: bool = False) -> None:
         self.workdir = workdir
         self.modules = dict(modules)
+        self.nodelay = nodelay
+        """The daemon's own ``socket options = TCP_NODELAY`` (what ``docs/actions.md`` advises; off: Debian's
+        default configuration)."""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -52,6 +55,7 @@ class RsyncDaemon:
             # One "recv <module path>" line per file received, so a test can count arrivals.
             "transfer logging = yes",
             f"log format = {TRANSFER_LOG_PREFIX} %o %f",
+            *(["socket options = TCP_NODELAY"] if self.nodelay else []),
         ]
         for name, path in self.modules.items():
             path.mkdir(parents=True, exist_ok=True)
