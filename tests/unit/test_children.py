@@ -36,6 +36,13 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def gone(pid: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -58,6 +65,9 @@ def test_a_transfer_dies_with_the_pop_daemon_that_started_it_even_by_sigkill() -
     try:
         wait_for(lambda: children_of(parent.pid), "the transfer to start")
         (transfer,) = children_of(parent.pid)
+        # setpriv arms the signal, then execs the program: a kill before that is the documented window in which
+        # a child may outlive its parent, so the kill waits until the program runs.
+        wait_for(lambda: command_of(transfer) == "sleep", "the transfer's program to run")
         parent.kill()
         parent.wait()
         wait_for(lambda: gone(transfer), "the transfer to end with its parent")
