@@ -142,6 +142,13 @@ class Action(Generic[OptionsT]):
         return own if own is not None else self.queue.checksum
 
     @property
+    def trusts_identity(self) -> bool:
+        """Whether a record's file identity, sent by its feeder and still the file's, proves its checksum without
+        a read (:func:`.files.read_source_sync`): the queue's ``source_check`` allows it, and the records' algorithm
+        is the one its feeders compute (the queue's ``checksum``)."""
+        return self.queue.source_check == "identity" and self.algorithm == self.queue.checksum
+
+    @property
     def timeout(self) -> float:
         """Seconds one run may take: the option ``timeout`` if the action has one and it is set, else the queue's."""
         own = getattr(self.options, "timeout", None)

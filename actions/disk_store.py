@@ -14,7 +14,8 @@ Options (``[queues.NAME.disk_store]``):
     Older settings' name of the records' checksum algorithm; leave it out (``[queues.NAME] checksum`` says it).
 ``verify`` (default true)
     Read the copy back from disk (after fsync, with its cached pages dropped) and check its size and checksum
-    before publishing it. The source is always checked against its record while it is copied.
+    before publishing it. The source is always checked against its record while it is copied: hashed with the
+    record's algorithm, unless its feeder sent the identity the file still has (``[queues.NAME] source_check``).
 ``remove_source`` (default false)
     Delete the source file once its stored copy is verified and durable.
 ``timeout`` (default: the queue's ``action_timeout``)
@@ -118,7 +119,7 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         started = time.monotonic()
         outcomes = await in_thread(lambda abort: store_batch_sync(
             items, options.root, algorithm=self.algorithm, verify=options.verify,
-            remove_source=options.remove_source, abort=abort))
+            remove_source=options.remove_source, abort=abort, trust_identity=self.trusts_identity))
         # One line per batch: each record's own is at debug level (and its history in the queue's events).
         log.info("stored a batch", root=options.root, records=len(items),
                  copied=sum(isinstance(outcome, Stored) and outcome.copied for outcome in outcomes),

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from dataq.checksum import DEFAULT_ALGORITHM, hash_fd_many
 from dataq.errors import ActionError, Permanent
+from dataq.file_identity import Identity, identity_of
 from dataq.logs import get_logger
 from dataq.record import Record
 
@@ -72,33 +73,37 @@ def matches(digest: str, record: Record) -> bool:
     return digest.lower() == record.checksum.lower()
 
 
-def check_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None) -> None:
+def check_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None, *,
+                      trust_identity: bool = False) -> None:
     """Raise SourceMismatch unless the record's file exists with the record's size and checksum."""
-    read_source_sync(record, algorithm, abort, also=None)
+    read_source_sync(record, algorithm, abort, also=None, trust_identity=trust_identity)
 
 
 @dataclass(frozen=True, slots=True)
 class SourceRead:
-    """What reading a source against its record found: its digest in the algorithm the destination can report
-    of a copy (rsync's: md5 or xxh128), and the identity of the file read, to tell later whether it was changed
+    """What checking a source against its record found: its digest in the algorithm the destination can report
+    of a copy (rsync's: md5 or xxh128), and the identity of the file, to tell later whether it was changed
     since."""
 
     digest: str
-    identity: tuple[int, ...]
+    identity: Identity
 
 
-def identity_of(info: os.stat_result) -> tuple[int, ...]:
-    """Device, inode, size, modification and change time: any write to the file, or another file put in its
-    place, changes one of them (the change time cannot be set back)."""
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+def unchanged_since_fed(record: Record, info: os.stat_result) -> bool:
+    """Whether the file ``info`` describes is the one the record's feeder hashed, unchanged since
+    (:attr:`Record.identity`): its checksum is then proven without reading it."""
+    return record.identity is not None and identity_of(info) == record.identity
 
 
 def read_source_sync(record: Record, algorithm: str, abort: threading.Event | None = None, *,
-                     also: str | None = DEFAULT_ALGORITHM) -> SourceRead:
+                     also: str | None = DEFAULT_ALGORITHM, trust_identity: bool = False) -> SourceRead:
     """Check the record's file as :func:`check_source_sync` does; its digest in ``also`` is computed in the same
-    read when that is not the record's algorithm (``""`` with ``also=None``)."""
+    read when that is not the record's algorithm (``""`` with ``also=None``). With ``trust_identity``, a file
+    :func:`unchanged_since_fed` is not read when ``also`` asks for no other digest."""
     algorithms = (algorithm,) if also is None or also == algorithm else (algorithm, also)
     try:
+        # Opened, not only looked up: on NFS the open revalidates the file's attributes (close-to-open), a stat
+        # may answer from the client's cache.
         fd = os.open(record.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise SourceMismatch(f"source file {record.path} does not exist") from exc
@@ -108,6 +113,8 @@ def read_source_sync(record: Record, algorithm: str, abort: threading.Event | No
         info = os.fstat(fd)
         if info.st_size != record.size:
             raise SourceMismatch(f"source file {record.path} has {info.st_size} bytes; its record says {record.size}")
+        if trust_identity and len(algorithms) == 1 and unchanged_since_fed(record, info):
+            return SourceRead(record.checksum.lower() if also is not None else "", identity_of(info))
         digests, read = hash_fd_many(fd, algorithms, abort)
     except OSError as exc:
         raise SourceMismatch(f"cannot read source file {record.path}: {exc.strerror or exc}") from exc

@@ -118,16 +118,12 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""
+        # To a next site older than site names the feeder sends an md5 record again without them.
         outcome = await self._offer(handed if self._plain else handon_line(handed, self.site, self.algorithm))
         if isinstance(outcome, tuple) and outcome[1].kind is ReplyKind.ERROR and refused_as_older(outcome[1].detail):
-            if self.algorithm != DEFAULT_ALGORITHM:
-                # Such a site knows md5 checksums only: the record must not be taken as one.
-                raise ActionError(f"next site {outcome[0]} is older than checksum algorithms: it cannot take "
-                                  f"{self.algorithm} checksums (its reply: {outcome[1].detail})")
-            log.info("the next site is older than site names: hand-ons go without this site's name",
-                     site=outcome[0])
-            self._plain = True
-            outcome = await self._offer(handed)
+            # Such a site knows md5 checksums only: the record must not be taken as one.
+            raise ActionError(f"next site {outcome[0]} is older than checksum algorithms: it cannot take "
+                              f"{self.algorithm} checksums (its reply: {outcome[1].detail})")
         if isinstance(outcome, str):
             # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
             raise Retryable(f"no next site took the record: {outcome}",
@@ -149,6 +145,10 @@ class HandOn:
             # A lone site is not left for being silent (there is no other): it gets one more ``timeout`` to answer.
             async with asyncio.timeout(2 * self.timeout * len(self.sites)):
                 result = await feeder.feed([item])
+            if feeder.older_daemon and not self._plain:
+                log.info("the next site is older than site names: hand-ons go without this site's name",
+                         site=self._configured(feeder.host, feeder.port))
+                self._plain = True
         except TimeoutError:
             return f"no answer within {2 * self.timeout * len(self.sites):g} s"
         except DataqError as exc:  # unreachable, or not speaking the push protocol

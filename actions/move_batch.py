@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dataq.errors import ActionError
+from dataq.file_identity import identity_of
 from dataq.record import Record
 
-from .files import SourceMismatch, SourceRead, identity_of
+from .files import SourceMismatch, SourceRead
 from .move_options import NetworkMoveOptions
 from .rsync import RSYNC_PARTIAL, Completed, remote_digests, send, write_list
 

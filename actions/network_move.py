@@ -59,11 +59,12 @@ Options (``[queues.NAME.network_move]``):
     own. The pop daemon runs at least twice ``batch_size`` records
     at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
 
-What is verified: before sending, the source's size and checksum must match the record (a bad source is never
-sent, so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a
-batch are read in parallel while the previous batch is sent. The transfer skips a file the destination holds
-with the same size and time (a retry sends nothing), and rsync writes under a temporary name that it renames
-when complete. With ``verify``, a file counts as at the destination when:
+What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
+so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch
+are read in parallel while the previous batch is sent. A record whose feeder sent its file's identity, a file that
+still has it, needs no read (``[queues.NAME] source_check``, :attr:`dataq.record.Record.identity`). The transfer
+skips a file the destination holds with the same size and time (a retry sends nothing), and rsync writes under a
+temporary name that it renames when complete. With ``verify``, a file counts as at the destination when:
 
 * rsync transferred it and its source is still the file dataq read (same device, inode, size, modification and
   change time): rsync's receiver checks the whole-file checksum of what it wrote against the sender's of what
@@ -215,7 +216,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         """Check the record's source against it (SourceMismatch if it is not the record's data)."""
         if record.size >= LARGE_FILE_BYTES:
             async with self._large_readers:
-                return await in_thread(lambda abort: read_source_sync(record, self.algorithm, abort, also=self.remote))
+                return await in_thread(lambda abort: read_source_sync(record, self.algorithm, abort, also=self.remote,
+                                                                      trust_identity=self.trusts_identity))
         outcome = await self._small_reads.submit(record)
         if isinstance(outcome, SourceMismatch):
             raise outcome
@@ -226,7 +228,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             outcomes: list[SourceRead | SourceMismatch] = []
             for record in records:
                 try:
-                    outcomes.append(read_source_sync(record, self.algorithm, abort, also=self.remote))
+                    outcomes.append(read_source_sync(record, self.algorithm, abort, also=self.remote,
+                                                     trust_identity=self.trusts_identity))
                 except SourceMismatch as exc:
                     outcomes.append(exc)
             return outcomes

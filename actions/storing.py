@@ -40,6 +40,7 @@ from .files import (
     in_thread,
     matches,
     remove_sources_sync,
+    unchanged_since_fed,
 )
 from .layout import UnsafePath, safe_parts
 
@@ -101,37 +102,44 @@ def _existing(dir_fd: int, name: str, shown: str, record: Record, algorithm: str
     return True
 
 
-def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None) -> None:
+def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None, trust_identity: bool) -> None:
     """Copy the source into the copy's temporary file (created new), hashing what is read with the record's
     algorithm and with the fast identity hash (for the read-back, ~40 times md5's speed); SourceMismatch if it
-    is not the record's. Without ``syncfs`` the file is fsynced here."""
+    is not the record's. With ``trust_identity``, a source :func:`unchanged_since_fed` before and after the copy
+    is the record's without its algorithm's hash. Without ``syncfs`` the file is fsynced here."""
     record = copy.record
     try:
         source = os.open(record.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise SourceMismatch(f"source file {record.path} does not exist") from exc
     try:
-        size = os.fstat(source).st_size
-        if size != record.size:
-            raise SourceMismatch(f"source file {record.path} has {size} bytes; its record says {record.size}")
+        info = os.fstat(source)
+        if info.st_size != record.size:
+            raise SourceMismatch(f"source file {record.path} has {info.st_size} bytes; its record says {record.size}")
+        trusted = trust_identity and unchanged_since_fed(record, info)
+        digests = {name: new_hasher(name) for name in (IDENTITY_ALGORITHM, *(() if trusted else (algorithm,)))}
         target = os.open(copy.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=copy.dir_fd)
         with open(target, "wb", closefd=True) as out:
-            digests = [new_hasher(name) for name in dict.fromkeys((algorithm, IDENTITY_ALGORITHM))]
             read = 0
             while chunk := os.read(source, CHUNK_BYTES):
                 if abort is not None and abort.is_set():
                     raise Aborted(f"copy of {record.path} aborted")
-                for digest in digests:
+                for digest in digests.values():
                     digest.update(chunk)
                 read += len(chunk)
                 out.write(chunk)
             out.flush()
             if SYNCFS is None:
                 os.fsync(out.fileno())
+        # A write while it was copied would have changed the file's identity.
+        unchanged = trusted and unchanged_since_fed(record, os.fstat(source))
     finally:
         os.close(source)
-    check_read(record, digests[0].hexdigest(), read)
-    copy.written = digests[-1].hexdigest()
+    if algorithm in digests:
+        check_read(record, digests[algorithm].hexdigest(), read)
+    elif not unchanged or read != record.size:
+        raise SourceMismatch(f"source file {record.path} changed while it was copied")
+    copy.written = digests[IDENTITY_ALGORITHM].hexdigest()
 
 
 def _verify_copy(copy: _Copy, abort: threading.Event | None) -> None:
@@ -182,8 +190,8 @@ def _remove_stale_temps(dir_fd: int, names: set[str]) -> None:
 class _Batch:
     """One call of :func:`store_batch_sync`: the directories it opened and the copies it made."""
 
-    def __init__(self, root: str, algorithm: str, abort: threading.Event | None) -> None:
-        self.root, self.algorithm, self.abort = root, algorithm, abort
+    def __init__(self, root: str, algorithm: str, abort: threading.Event | None, trust_identity: bool) -> None:
+        self.root, self.algorithm, self.abort, self.trust_identity = root, algorithm, abort, trust_identity
         self.dirs: dict[tuple[str, ...], int] = {}
         self.dirs_lock = threading.Lock()
         self.copies: list[_Copy] = []
@@ -215,7 +223,7 @@ class _Batch:
             if _existing(dir_fd, name, shown, record, self.algorithm, self.abort):
                 if remove_source and os.path.lexists(record.path):
                     # Already stored (a retry): the source may only go if it really is the data we hold.
-                    check_source_sync(record, self.algorithm, self.abort)
+                    check_source_sync(record, self.algorithm, self.abort, trust_identity=self.trust_identity)
                 self.outcomes[index] = Stored(shown, False)
                 if len(name) < TEMP_NAME_KEEP:
                     # A temporary name holds a long name cut short: it could then be another record's copy in
@@ -224,7 +232,7 @@ class _Batch:
                 return
             copy = _Copy(index, record, dir_fd, name, shown, _temp_name(name))
             self.copies.append(copy)
-            _copy_into(copy, self.algorithm, self.abort)
+            _copy_into(copy, self.algorithm, self.abort, self.trust_identity)
         except OSError as exc:
             raise _failure(exc, record, self.root, shown) from exc
 
@@ -292,13 +300,15 @@ def _in_parallel(calls: list[Callable[[], None]]) -> None:
 
 
 def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorithm: str = DEFAULT_ALGORITHM,
-                     verify: bool = True, remove_source: bool = False,
-                     abort: threading.Event | None = None) -> list[Stored | ActionError]:
+                     verify: bool = True, remove_source: bool = False, abort: threading.Event | None = None,
+                     trust_identity: bool = False) -> list[Stored | ActionError]:
     """Store each record's file at ``root/relative``, verified; per item the outcome (see :func:`store`).
+    ``trust_identity``: a source unchanged since its feeder hashed it is not hashed again
+    (:func:`.files.read_source_sync`).
 
     One record's failure is its own; Aborted (``abort`` set) stops the whole batch, leaving nothing behind.
     """
-    batch = _Batch(root, algorithm, abort)
+    batch = _Batch(root, algorithm, abort, trust_identity)
     try:
         _in_parallel([partial(_attempt, batch.outcomes, index, batch.start, index, record, relative, remove_source)
                       for index, (record, relative) in enumerate(items)])

@@ -18,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from typing import Protocol
 
 import xxhash
 
 from dataq.errors import DataqError
+from dataq.file_identity import Identity, identity_of, settled
 
 DEFAULT_ALGORITHM = "md5"
 """The checksum of the 2014 data-q's feeders (and of the default ``checksum_pattern``)."""
@@ -100,6 +102,22 @@ def hash_fd_many(fd: int, algorithms: tuple[str, ...], abort: threading.Event | 
             digest.update(chunk)
         total += len(chunk)
     return [digest.hexdigest() for digest in digests], total
+
+
+def hash_file_settled(path: str, algorithm: str = DEFAULT_ALGORITHM,
+                      abort: threading.Event | None = None) -> tuple[str, int, Identity | None]:
+    """:func:`hash_file`, and the file's identity if it had settled before the read and did not change during it
+    (:func:`dataq.file_identity.settled`): what a feeder sends with the record."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        started = time.time_ns()
+        before = os.fstat(fd)
+        digest, total = hash_fd(fd, algorithm, abort)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    unchanged = identity_of(before) == identity_of(after) and total == after.st_size
+    return digest, total, settled(after, started) if unchanged else None
 
 
 def hash_file(path: str, algorithm: str = DEFAULT_ALGORITHM, abort: threading.Event | None = None) -> tuple[str, int]:

@@ -6,7 +6,8 @@ is the only place that parses or formats records, so the daemons, the CLI and th
 
 * the wire/file text line ``<path> <checksum> <size>`` (the 2014 data-q's form; paths without whitespace);
 * the JSON object line ``{"path": ..., "checksum": ..., "size": ...}`` (any path, spaces included; a cascade's
-  hand-on adds ``"site"``, the handing site's name: :func:`handon_line`);
+  hand-on adds ``"site"``, the handing site's name: :func:`handon_line`; a feeder adds ``"identity"``, the file
+  it hashed: :attr:`Record.identity`);
 * the list line ``<checksum> : path=<path>, size=<size>`` that ``dataq-cli --list`` prints;
 * the stored value kept in Redis (fields joined by NUL, which no validated field can contain).
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import InvalidRecord
+from dataq.file_identity import Identity
 
 
 def pattern_for(algorithm: str) -> str:
@@ -43,11 +45,15 @@ SITE_KEY = "site"
 ALGORITHM_KEY = "algorithm"
 """An optional key of the JSON form: the algorithm of the checksum (a cascade's hand-on names it, so that a site
 whose queue uses another is refused, not silently mismatched)."""
-OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY})
+IDENTITY_KEY = "identity"
+"""An optional key of the JSON form: the identity of the file the feeder hashed (:attr:`Record.identity`)."""
+IDENTITY_FIELDS = 5
+OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """A site's name (the setting ``site``)."""
 OLDER_REFUSALS = tuple(f"unknown JSON key {key!r}" for key in sorted(OPTIONAL_KEYS))
-"""How a push daemon older than site names (or than algorithm names) starts its refusal of a hand-on line."""
+"""How a push daemon older than site names (or than algorithm names, or file identities) starts its refusal of a
+line that has them."""
 _STORED_SEPARATOR = "\0"
 _DIGITS = re.compile(r"[0-9]+")
 _COMMON_LINE = rf"(/[!-~]{{0,{MAX_PATH_LENGTH - 1}}}) ([!-~]+) ([0-9]{{1,19}})\r?\n?"
@@ -72,6 +78,11 @@ class Record:
     source: str | None = None
     """Who pushed it: a feeder's ``host:port``, ``<site>@<host:port>`` for a cascade's hand-on, ``cli``,
     ``load:<file>``... (a parsed hand-on line holds the handing site's name here until it is stored)."""
+    identity: Identity | None = None
+    """The file its feeder hashed: device, inode, size, modification and change time (ns), sent only for a file
+    that had not changed for a second before it was hashed (:mod:`dataq.file_identity`). An action finding the file
+    still so may take the checksum as proven without reading the file again (``[queues.NAME] source_check``):
+    any write to it, or another file in its place, changes one of them (the change time cannot be set back)."""
 
     @property
     def id(self) -> str:
@@ -128,6 +139,19 @@ def check_path(path: str) -> str:
     return path
 
 
+def check_identity(identity: object, size: int) -> Identity:
+    """A record's file identity (:attr:`Record.identity`) from its JSON form: five integers, 0 or more, the third
+    the record's size."""
+    if not isinstance(identity, list) or len(identity) != IDENTITY_FIELDS or any(
+            isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 2**64 for item in identity):
+        raise InvalidRecord(f"identity {_shortened(json.dumps(identity), 120)} is not a list of "
+                            f"{IDENTITY_FIELDS} integers (device, inode, size, mtime and ctime in ns), 0 or more")
+    if identity[2] != size:
+        raise InvalidRecord(f"identity says {identity[2]} bytes; the record says {size}")
+    device, inode, _, mtime_ns, ctime_ns = identity
+    return device, inode, size, mtime_ns, ctime_ns
+
+
 def check_size(size: object) -> int:
     if isinstance(size, bool) or not isinstance(size, int):
         raise InvalidRecord(f"size {size!r} is not an integer")
@@ -154,12 +178,14 @@ def _shortened(text: str, keep: int = 40) -> str:
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
-def make_record(path: str, checksum: str, size: int, rules: RecordRules = DEFAULT_RULES) -> Record:
+def make_record(path: str, checksum: str, size: int, rules: RecordRules = DEFAULT_RULES,
+                identity: Identity | None = None) -> Record:
     """Build a validated record from typed fields (raises InvalidRecord)."""
     return Record(
         path=check_path(path),
         checksum=rules.check_checksum(checksum),
         size=check_size(size),
+        identity=identity,
     )
 
 
@@ -247,11 +273,18 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
         # A hand-on from a site older than algorithm names: its records are md5 (xxh128's look the same).
         rules.check_algorithm(DEFAULT_ALGORITHM)
     record = make_record(path, checksum, obj["size"], rules)
-    return record if site is None else Record(record.path, record.checksum, record.size, source=site)
+    identity = check_identity(obj[IDENTITY_KEY], record.size) if obj.get(IDENTITY_KEY) is not None else None
+    if site is None and identity is None:
+        return record
+    return Record(record.path, record.checksum, record.size, source=site, identity=identity)
 
 
-def format_line(record: Record) -> str:
-    """The line a feeder would send for this record (text form unless the path holds whitespace)."""
+def format_line(record: Record, *, with_identity: bool = False) -> str:
+    """The line a feeder would send for this record (text form unless the path holds whitespace); with
+    ``with_identity``, the JSON form with the record's file identity, if it has one (a feeder's own read)."""
+    if with_identity and record.identity is not None:
+        return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
+                           IDENTITY_KEY: list(record.identity)})
     if any(ch.isspace() for ch in record.path):
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
     return f"{record.path} {record.checksum} {record.size}"
@@ -272,9 +305,9 @@ def refused_as_older(detail: str) -> bool:
 
 
 def plain_form(line: bytes) -> bytes:
-    """A hand-on line in the form push daemons older than site names take; the line as it is if it names no
-    site nor algorithm, or if its checksum is not md5 (the only one those daemons know: refused, it must stay
-    so, never be taken as md5)."""
+    """A line in the form push daemons older than site names (and file identities) take; the line as it is if it
+    names no site, algorithm nor identity, or if its checksum is not md5 (the only one those daemons know:
+    refused, it must stay so, never be taken as md5). Without its identity, a record's file is read again."""
     try:
         obj = json.loads(line)
     except ValueError:
@@ -302,6 +335,7 @@ def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list
     """
     stamp = str(round(pushed_at * 1_000_000))
     tails: dict[str, str] = {}
+    # A fifth field, the file's identity, only when known: values without it stay as older dataqs wrote them.
     values = []
     for record, source in items:
         tail = tails.get(source)
@@ -316,7 +350,10 @@ def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list
             raise InvalidRecord(f"path {path!r} contains a NUL or a newline")
         if not checksum or "\n" in checksum:
             raise InvalidRecord(f"checksum {checksum!r} is empty or contains a newline")
-        values.append(f"{path}{_STORED_SEPARATOR}{record.size}{tail}")
+        value = f"{path}{_STORED_SEPARATOR}{record.size}{tail}"
+        if record.identity is not None:
+            value += _STORED_SEPARATOR + ":".join(map(str, record.identity))
+        values.append(value)
     return values
 
 
@@ -331,7 +368,8 @@ def stored_pushed_at(value: str) -> float | None:
 
 
 def decode_stored(checksum: str, value: str) -> Record:
-    """Inverse of :func:`encode_stored`; extra trailing fields (from a newer dataq) are ignored."""
+    """Inverse of :func:`encode_stored`; extra trailing fields (from a newer dataq) are ignored, and so is an
+    identity that does not parse (the file is then read again, as for a record without one)."""
     parts = value.split(_STORED_SEPARATOR)
     if len(parts) < 4:
         raise InvalidRecord(f"stored record {checksum} is corrupt ({len(parts)} fields)")
@@ -342,4 +380,13 @@ def decode_stored(checksum: str, value: str) -> Record:
         size=int(size),
         pushed_at=int(pushed_us) / 1_000_000,
         source=source,
+        identity=_stored_identity(parts[4]) if len(parts) > 4 else None,
     )
+
+
+def _stored_identity(text: str) -> Identity | None:
+    fields = text.split(":")
+    if len(fields) != IDENTITY_FIELDS or not all(field.isdigit() for field in fields):
+        return None
+    device, inode, size, mtime_ns, ctime_ns = map(int, fields)
+    return device, inode, size, mtime_ns, ctime_ns

@@ -17,6 +17,8 @@ from dataq.record import RecordRules, pattern_for
 
 DEFAULT_REMEMBER_DONE = 7 * 86_400.0
 """Seconds a done record's id is remembered (7 days, as Rubin's transfer keeps its de-duplication keys)."""
+SOURCE_CHECKS = ("identity", "read")
+"""The values of ``source_check``."""
 ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
 """An entry of a queue's ``actions``: a name (``echo``), a name with an inline argument (``sleep:0.5``), or an
 import path ``module:Class`` (with an optional ``:argument``)."""
@@ -51,6 +53,13 @@ class QueueSettings(Section):
     checksum_pattern: str | None = None
     """Regular expression every checksum must match in full (None: lower-case hex of the width of ``checksum``'s
     digests, such as ``[0-9a-f]{32}`` for md5)."""
+    source_check: str = "identity"
+    """How an action proves that a record's file holds the record's checksum before it sends, stores or removes
+    it. ``"identity"``: a record whose feeder (``dataq feed``) sent the identity of the file it hashed, a file
+    that had not changed for a second before, is proven when the file still has that identity (device, inode,
+    size, modification and change time: any write changes one), without reading it again; every other record's
+    file is read and hashed. ``"read"``: every file is read and hashed (for files on a server whose clock may be
+    more than a second off the feeder's, or whose times are kept coarser than a millisecond)."""
     remember_done: float = setting(DEFAULT_REMEMBER_DONE, gt=0)
     """Seconds the ids of done records are remembered (at least this, at most twice): a record pushed again
     within it is ``Ignored``, and receipts about it are answered ``done``."""
@@ -87,6 +96,9 @@ class QueueSettings(Section):
             check_queue_algorithm(self.checksum)
         except ValueError as exc:
             raise Invalid("checksum", f"key '{{key}}': {exc}") from exc
+        if self.source_check not in SOURCE_CHECKS:
+            raise Invalid("source_check", f"key '{{key}}' must be one of {', '.join(map(repr, SOURCE_CHECKS))}, "
+                          f"not {self.source_check!r}")
         pattern = self.checksum_pattern if self.checksum_pattern is not None else pattern_for(self.checksum)
         try:
             object.__setattr__(self, "_rules", RecordRules(pattern, self.checksum))

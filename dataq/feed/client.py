@@ -35,6 +35,7 @@ from dataq.feed.link import (
 )
 from dataq.logs import get_logger
 from dataq.protocol import PUSHED_PREFIX, LineFramer, OverLong, Reply, ReplyKind, parse_reply
+from dataq.record import plain_form, refused_as_older
 from dataq.runtime.backoff import Backoff
 
 DEFAULT_WINDOW = 1000
@@ -120,11 +121,20 @@ class Feeder:
         self._source_done = False
         self._room = asyncio.Event()
         self._result = FeedResult()
+        self._plain = False
+        """The push daemon is older than site names and file identities: lines go in the form it takes."""
+        self._writer: asyncio.StreamWriter | None = None
 
     @property
     def result(self) -> FeedResult:
         """The counts so far (the progress of a feed under way)."""
         return self._result
+
+    @property
+    def older_daemon(self) -> bool:
+        """Whether the push daemon refused a record for names it did not know (site, algorithm, identity): the
+        rest went in the older form (:meth:`_send_plain`)."""
+        return self._plain
 
     @property
     def _exhausted(self) -> bool:
@@ -250,11 +260,12 @@ class Feeder:
         if isinstance(encoded, Reply):
             self._record(index, encoded)
             return None
-        return index, encoded[0], encoded[1]
+        return index, plain_form(encoded[0]) if self._plain else encoded[0], encoded[1]
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: send (resending what is unanswered first) and read replies until all are answered, or
         until it is being left and what was sent is answered."""
+        self._writer = writer
         sender = asyncio.create_task(self._send(writer))
         receiver = asyncio.create_task(self._receive(reader))
         try:
@@ -362,6 +373,10 @@ class Feeder:
                 if reply.asks_to_resend:
                     self._resend(entry, reply)
                     continue
+                if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) \
+                        and (plain := plain_form(entry[1])) != entry[1]:
+                    self._send_plain(entry, plain)
+                    continue
                 self._record(index, reply)
             if len(in_flight) < self.window or not in_flight:
                 self._room.set()
@@ -374,26 +389,25 @@ class Feeder:
         self._result.resent += 1
         self._carry.appendleft(entry)
 
+    def _send_plain(self, entry: _Entry, plain: bytes) -> None:
+        """Send a record again at once, and every record after it, in the form a push daemon older than site names
+        and file identities takes (:func:`~dataq.record.plain_form`: a cascade's hand-on then goes without the
+        handing site's name, and the actions read the file again). A record whose checksum is not md5 has no such
+        form: it stays refused, and says why."""
+        if not self._plain:
+            log.info("the push daemon is older than site names and file identities: records go without them")
+            self._plain = True
+        # Written here, between two of the sender's writes (nothing awaits in between): the order of the lines on
+        # the wire stays the order of the records in flight.
+        assert self._writer is not None
+        self._in_flight.append((entry[0], plain, entry[2]))
+        self._writer.write(plain)
+
     def _record(self, index: int, reply: Reply) -> None:
-        result = self._result
-        if reply.kind is ReplyKind.PUSHED:
-            result.pushed += 1
-        elif reply.kind is ReplyKind.IGNORED:
-            result.ignored += 1
-        else:
-            result.errors += 1
-        if result.replies is not None:
-            replies = result.replies
-            if index == len(replies):
-                replies.append(reply)
-            else:  # a local refusal overtook replies still in flight: keep input order
-                replies.extend([_PLACEHOLDER] * (index + 1 - len(replies)))
-                replies[index] = reply
+        self._result.record(index, reply)
         if self.on_reply is not None:
             self.on_reply(index, reply)
 
-
-_PLACEHOLDER = Reply(ReplyKind.ERROR, "no reply yet")
 _PUSHED = PUSHED_PREFIX.encode()
 _PUSHED_LENGTH = len(_PUSHED)
 

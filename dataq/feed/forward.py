@@ -26,7 +26,6 @@ from dataq.feed.link import FeedItem
 from dataq.feed.spool import Pending, Spool
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
-from dataq.record import plain_form, refused_as_older
 
 SETTLE_EVERY = 0.05
 """Seconds between two settlements of answers in the spool (one transaction each)."""
@@ -81,10 +80,6 @@ class Forwarder:
         self._next_index = 0
         self._done: list[int] = []
         self._refused: list[tuple[int, str]] = []
-        self._again: list[Pending] = []
-        """Rows a push daemon older than site names refused for the site's name: sent again without it."""
-        self._plain = False
-        """Send every row without a site's name (a push daemon refused one)."""
         self._link_notes: dict[str, object] = {}
         self._outage_since: float | None = None
         self.counts: Counter[str] = Counter()
@@ -135,10 +130,6 @@ class Forwarder:
         # The rows of one read go out together: one write to the push daemon, not one per row.
         cursor = 0
         while not self._stop.is_set():
-            if self._again:  # refused for the site's name they carried: sent again without it
-                again, self._again = self._again, []
-                yield [self._out(row) for row in again]
-                continue
             if not self._connected.is_set():
                 # Rows are read (and their files looked at) only once they can go out: a file deleted during an
                 # outage is then not sent after it.
@@ -169,9 +160,8 @@ class Forwarder:
                 yield [self._out(row) for row in rows]
 
     def _out(self, row: Pending) -> bytes:
-        """Note a row as sent; its line (in the plain form, for a push daemon older than site names)."""
-        if self._plain:
-            row = row._replace(line=plain_form(row.line))
+        """Note a row as sent; its line (a push daemon older than its names gets it without them: the
+        :class:`~dataq.feed.client.Feeder` sees to that)."""
         self._sent[self._next_index] = row
         self._nothing_sent.clear()
         self._next_index += 1
@@ -199,15 +189,6 @@ class Forwarder:
         self._answer.set()
         if not self._sent:
             self._nothing_sent.set()
-        if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) and plain_form(row.line) != row.line:
-            # A push daemon older than site names (a cascade's hand-on carries one): sent again without it. A
-            # record whose checksum is not md5 has no plain form: it stays refused, and says why.
-            if not self._plain:
-                log.info("the push daemon is older than site names: records go without the site's name")
-            self._plain = True
-            self._again.append(row)
-            self._wake.set()
-            return
         self.counts[_COUNTED[reply.kind]] += 1
         if reply.kind is ReplyKind.ERROR:
             log.error("the push daemon refused a record; it stays in the spool, refused", path=row.path,

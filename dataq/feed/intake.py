@@ -5,9 +5,11 @@ A small watched file is looked at and checksummed on the event loop itself, a fe
 several files hash at once), in large blocks. Threads would cost a burst of small files more than their hashing:
 every read, stat and hash releases the GIL, and with the event loop busy each release was a hand-over between
 threads (some 70 futex calls a file). Its (path, size, mtime, inode) is asked of the spool first: a version of a
-file already taken in is neither hashed nor sent again, across restarts too. A file that changes while it is
-hashed is dropped for now (its writer's close, or the next scan, brings it back); one that vanishes is dropped
-with a warning. Records reach the spool in batches, one fsynced transaction each, and then wake the forwarder.
+file already taken in is neither hashed nor sent again, across restarts too. A file that changes while it is hashed
+is dropped for now (its writer's close, or the next scan, brings it back); one that vanishes is dropped with a
+warning. A file that had settled before it was read sends its identity with its record
+(:mod:`dataq.file_identity`), so that the actions need not read it again to prove the checksum. Records reach the
+spool in batches, one fsynced transaction each, and then wake the forwarder.
 
 When the spool's disk is full, intake stops (with one error logged) and tries the same batch again until there
 is room, while the forwarder goes on sending: the watcher's paths wait meanwhile, and the scan at the next start
@@ -30,6 +32,7 @@ from dataq.checksum import LARGE_FILE_BYTES, hash_fd
 from dataq.errors import InvalidRecord, SpoolFull
 from dataq.feed.forward import Forwarder
 from dataq.feed.spool import Entry, FileKey, Spool
+from dataq.file_identity import Identity, settled
 from dataq.logs import get_logger
 from dataq.record import DEFAULT_RULES, Record, RecordRules, format_line, make_record
 from dataq.runtime.backoff import Backoff
@@ -59,7 +62,7 @@ log = get_logger()
 
 def entry_of(record: Record, file: FileKey | None = None) -> Entry:
     """A record as the spool keeps it: its wire line (paths from the file system may hold surrogate escapes)."""
-    line = (format_line(record) + "\n").encode("utf-8", "surrogateescape")
+    line = (format_line(record, with_identity=True) + "\n").encode("utf-8", "surrogateescape")
     return Entry(line, record.checksum, record.path, file)
 
 
@@ -242,9 +245,9 @@ class Intake:
         if isinstance(examined, FileKey):
             self.skipped += 1
             return None
-        key, hashed = examined
+        key, hashed, identity = examined
         try:
-            record = make_record(path, hashed, key.size, self.rules)
+            record = make_record(path, hashed, key.size, self.rules, identity)
         except InvalidRecord as exc:
             self.failed += 1
             log.error("a watched file cannot be a record; not fed", path=path, error=str(exc))
@@ -336,12 +339,12 @@ class Intake:
             return _Large(key)  # hashed on the large files' threads: small files do not wait behind it
         return self._hash(path, key)
 
-    def _hash(self, path: str, key: FileKey) -> tuple[FileKey, str] | None:
+    def _hash(self, path: str, key: FileKey) -> Hashed | None:
         hashed = _hash_unchanged(path, key, self.rules.algorithm, self._abort)
         if hashed is None:
             log.debug("file changed while it was read; waiting for its writer", path=path)
             return None
-        return key, hashed
+        return key, *hashed
 
 
 class _Large(NamedTuple):
@@ -350,27 +353,36 @@ class _Large(NamedTuple):
     key: FileKey
 
 
-Examined = tuple[FileKey, str] | FileKey | _Large | None
+Hashed = tuple[FileKey, str, Identity | None]
+"""A file's key, its checksum, and its identity if it had settled before it was read."""
+Examined = Hashed | FileKey | _Large | None
 """What looking at a file found (see :meth:`Intake._examine`)."""
 
 
-def _hash_unchanged(path: str, key: FileKey, algorithm: str, abort: threading.Event) -> str | None:
-    """The checksum of the file at ``path`` if it is still the version ``key`` after reading it, else None."""
+def _hash_unchanged(path: str, key: FileKey, algorithm: str,
+                    abort: threading.Event) -> tuple[str, Identity | None] | None:
+    """The checksum of the file at ``path`` if it is still the version ``key`` after reading it, else None; with
+    the file's identity if it had settled before the read (:func:`dataq.file_identity.settled`)."""
     # O_NONBLOCK: a FIFO put in the file's place must not hang the open (it then fails the key check below).
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
+        started = time.time_ns()
         if FileKey.of(path, os.fstat(fd)) != key:
             return None
         checksum, size = hash_fd(fd, algorithm, abort)
-        if size != key.size or FileKey.of(path, os.fstat(fd)) != key:
+        read = os.fstat(fd)
+        if size != key.size or FileKey.of(path, read) != key:
             return None
     finally:
         os.close(fd)
     try:
         after = os.lstat(path)
     except FileNotFoundError:
-        return checksum  # read whole; its removal is the forwarder's to notice
-    return checksum if FileKey.of(path, after) == key else None
+        return checksum, None  # read whole; its removal is the forwarder's to notice
+    if FileKey.of(path, after) != key:
+        return None
+    # The identity the path has now (lstat, not the descriptor's: a file renamed over it since is another file).
+    return checksum, settled(after, started) if (after.st_dev, after.st_ino) == (read.st_dev, read.st_ino) else None
 
 
 async def _close_source(source: AsyncIterator[str]) -> None:

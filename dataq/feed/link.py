@@ -54,9 +54,28 @@ class FeedResult:
         """Records answered per second."""
         return self.total / self.elapsed if self.elapsed > 0 else 0.0
 
+    def record(self, index: int, reply: Reply) -> None:
+        """Count the reply to the item at ``index`` (0-based, input order) and keep it in its place."""
+        if reply.kind is ReplyKind.PUSHED:
+            self.pushed += 1
+        elif reply.kind is ReplyKind.IGNORED:
+            self.ignored += 1
+        else:
+            self.errors += 1
+        if self.replies is not None:
+            replies = self.replies
+            if index == len(replies):
+                replies.append(reply)
+            else:  # a local refusal overtook replies still in flight: keep input order
+                replies.extend([_PLACEHOLDER] * (index + 1 - len(replies)))
+                replies[index] = reply
+
     def summary(self) -> str:
         return (f"pushed {self.pushed}, ignored {self.ignored}, errors {self.errors} in {self.elapsed:.2f} s "
                 f"({self.rate:,.0f} records/s)" + (f", {self.reconnects} reconnects" if self.reconnects else ""))
+
+
+_PLACEHOLDER = Reply(ReplyKind.ERROR, "no reply yet")
 
 
 def client_tls_context(ca: str | None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
@@ -83,7 +102,8 @@ def encode_item(item: FeedItem) -> tuple[bytes, str | None] | Reply:
         # A path from os.walk may hold undecodable bytes (as surrogate escapes): they go out as they are, and
         # the daemon refuses that one record instead of the feeder failing.
         if isinstance(item, Record):
-            return (format_line(item) + "\n").encode("utf-8", "surrogateescape"), item.checksum
+            text = format_line(item, with_identity=True)
+            return (text + "\n").encode("utf-8", "surrogateescape"), item.checksum
         line = item.encode("utf-8", "surrogateescape") if isinstance(item, str) else item
     except UnicodeEncodeError as exc:
         return Reply(ReplyKind.ERROR, f"line cannot be encoded: {exc.reason}")

@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
-from dataq.checksum import LARGE_FILE_BYTES, hash_file
+from dataq.checksum import LARGE_FILE_BYTES, hash_file_settled
 from dataq.errors import InvalidRecord
+from dataq.file_identity import Identity
 from dataq.record import DEFAULT_RULES, Record, RecordRules, make_record, parse_line
 
 LINES_PER_READ = 1000
@@ -52,7 +53,8 @@ async def scan_tree(
     on_listed: Callable[[int], None] | None = None,
 ) -> AsyncIterator[Sourced]:
     """Every file under ``root`` as a Record, its checksum (``rules.algorithm``) computed on one of ``workers``
-    threads, in the order the checksums are ready. Files of :data:`LARGE_FILE_BYTES` or more have ``workers``
+    threads (with the file's identity if it had settled: :func:`~dataq.checksum.hash_file_settled`), in the order
+    the checksums are ready. Files of :data:`LARGE_FILE_BYTES` or more have ``workers``
     threads of their own, so a large file holds up no small one behind it.
 
     ``on_listed`` gets the number of files once the tree is listed (for a progress bar).
@@ -63,7 +65,7 @@ async def scan_tree(
     workers = workers or os.cpu_count() or 1
     loop = asyncio.get_running_loop()
     lanes = {large: ThreadPoolExecutor(workers, thread_name_prefix="dataq-checksum") for large in (False, True)}
-    pending: dict[asyncio.Future[tuple[str, int]], tuple[int, str]] = {}
+    pending: dict[asyncio.Future[tuple[str, int, Identity | None]], tuple[int, str]] = {}
     remaining = enumerate(files)
 
     def refill() -> None:
@@ -73,7 +75,7 @@ async def scan_tree(
                 return
             index, (path, size) = following
             lane = lanes[size >= LARGE_FILE_BYTES]
-            pending[loop.run_in_executor(lane, hash_file, path, rules.algorithm)] = (index, path)
+            pending[loop.run_in_executor(lane, hash_file_settled, path, rules.algorithm)] = (index, path)
 
     try:
         refill()
@@ -82,8 +84,8 @@ async def scan_tree(
             for future in sorted(done, key=lambda ready: pending[ready][0]):
                 _, path = pending.pop(future)
                 try:
-                    checksum, size = future.result()
-                    yield path, make_record(path, checksum, size, rules)
+                    checksum, size, identity = future.result()
+                    yield path, make_record(path, checksum, size, rules, identity)
                 except OSError as exc:
                     yield path, f"cannot read the file: {exc.strerror or exc}"
                 except InvalidRecord as exc:
