@@ -1,23 +1,25 @@
 """The whole path of a file move as a user meets it, for ``bench/move.py --whole`` (see its docstring).
 
-Per scenario and round: a fresh directory of files (``bench.move.make_files``), ``md5sum`` of them, then in
-alternating order, each after a ``sync``: the plain tool; dataq with its default settings; and, with
-``--concurrency N``, dataq with ``[pop] concurrency = N`` (the "tuned" column). A dataq run writes one settings
-file (``testbed.settings_file``) for a queue of its own: the private Redis, the log (level warning, in the work
-directory), the push daemon's loopback port, metrics on free ports, the queue's action and its destination (and
-``checksum = ALGO`` with ``--checksum``), nothing else. It starts ``dataq push`` and ``dataq pop`` on it
-(``bench.e2e.spawn``) and waits until the push daemon accepts connections and the pop daemon listens on the
-queue's work channel; then the clock starts, ``dataq feed --config FILE --scan SRC`` runs (it hashes every file
-and sends its records to the push daemon), and the clock stops when the queue's ``done`` counter reaches the file count
+Per scenario and round: a fresh directory of files (``bench.move.make_files``), ``md5sum`` of them, a wait until
+the last was written more than a second before (a scan finds files at rest: their feeder sends their identity,
+:mod:`dataq.file_identity`, and the action need not read them again; ``bench/lsyncd.py`` measures files just
+written), then in alternating order, each after a ``sync``: the plain tool; dataq with its default settings; and,
+with ``--concurrency N``, dataq with ``[pop] concurrency = N`` (the "tuned" column). A dataq run writes one
+settings file (``testbed.settings_file``) for a queue of its own: the private Redis, the log (level warning, in the
+work directory), the push daemon's loopback port, metrics on free ports, the queue's action and its destination
+(and ``checksum = ALGO`` with ``--checksum``), nothing else. It starts ``dataq push`` and ``dataq pop`` on it
+(``bench.e2e.spawn``) and waits until the push daemon accepts connections and the pop daemon listens on the queue's
+work channel; then the clock starts, ``dataq feed --config FILE --scan SRC`` runs (it hashes every file and sends
+its records to the push daemon), and the clock stops when the queue's ``done`` counter reaches the file count
 (polled every 5 ms; a record inactive, a daemon exiting or the feed failing ends the bench). The feed must then
 report every record pushed, and every file must be at its destination, intact. ``feed exited s``: when the feed
 exited (every record answered ``Pushed``), on the same clock, in the default run.
 
 ``ceiling`` = tool / (tool + k * hash / CPUs), k the passes of the queue's checksum the whole path needs: the
-feed's, plus 1 for ``network_move`` (its read of the source) or ``disk_store`` (its copy; the copy is read back
-with XXH3-128, left out); ``hash`` is ``md5sum`` of the files, or with ``--checksum`` dataq's own hashing of
-them with that algorithm on one thread. With ``--checksum`` other than md5 the stored files, named by that
-checksum, are found by their content.
+feed's (the action proves a settled file by its identity: ``network_move`` reads it only for a ``sha256`` queue,
+``disk_store`` copies it with XXH3-128 alone and reads the copy back with it, left out); ``hash`` is ``md5sum`` of
+the files, or with ``--checksum`` dataq's own hashing of them with that algorithm on one thread. With
+``--checksum`` other than md5 the stored files, named by that checksum, are found by their content.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from bench.push import dataq_command
 from dataq.checksum import hash_file
 from dataq.config.schema import PopSettings
 from dataq.embedded.redis_server import free_port
+from dataq.file_identity import SETTLED_NS
 from dataq.record import Record
 from dataq.store import QueueStore
 from testbed.settings_file import write_tables
@@ -71,12 +74,14 @@ RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store]
 @dataclass
 class WholeScenario(Scenario):
     concurrency: int | None = None
+    checksum: str | None = None
     tuned: list[float] = field(default_factory=list)
     fed: list[float] = field(default_factory=list)
     """Seconds until ``dataq feed`` exited (every record pushed), default settings."""
 
     def passes(self) -> int:
-        return super().passes() + 1  # the feed hashes every file before it sends its record
+        # The feed hashes every file before it sends its record; the action proves a settled file by its identity.
+        return 1 + (self.checksum == "sha256" and self.action == "network_move")
 
     def row(self) -> str:
         tool, dataq, md5sum = (statistics.median(values) for values in (self.tool, self.dataq, self.md5sum))
@@ -183,10 +188,12 @@ def hashed_in(algorithm: str, paths: list[str]) -> float:
 
 async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: int, checksum: str | None) -> None:
     records = make_files(work / "src", scenario.count, scenario.size)
+    written = time.time()
     if checksum in (None, "md5"):
         scenario.md5sum.append(await asyncio.to_thread(timed, ["md5sum", *(record.path for record in records)]))
     else:  # the queue's algorithm, timed on one core as md5sum is
         scenario.md5sum.append(await asyncio.to_thread(hashed_in, checksum, [record.path for record in records]))
+    await asyncio.sleep(max(0.0, written + SETTLED_NS / 1e9 + 0.1 - time.time()))
     variants = [("dq", None, scenario.dataq, scenario.fed)]
     if scenario.concurrency is not None:
         variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, []))
@@ -225,7 +232,8 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
 
 
 async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
-    scenarios = [WholeScenario(action, label, count, size, [], [], [], concurrency=args.concurrency)
+    scenarios = [WholeScenario(action, label, count, size, [], [], [], concurrency=args.concurrency,
+                               checksum=args.checksum)
                  for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
                                                                   ("large files", args.large, LARGE_BYTES))]
     load_before = os.getloadavg()[0]
