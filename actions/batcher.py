@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from dataq.runtime.batching import MicroBatcher
 
@@ -20,16 +20,20 @@ end: during a burst the records come a few at a time, and each batch costs its r
 holds (measured: batches of 7 to 48 records out of 100, each taking 0.07-0.15 s). A record that comes alone
 goes at once."""
 BATCHES_IN_FLIGHT = 2
-"""Batches of one action handled at once: one is prepared (files read and hashed, copied into the archive) while
-the other is sent, synced or waits for the catalog lease."""
+"""Batches of one action handled at once (unless its options say otherwise: :attr:`BatchOptions.in_flight`): one
+is prepared (files read and hashed, copied into the archive) while the other is sent, synced or waits for the
+catalog lease."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchOptions:
     """The batching options of an action that works on records a batch at a time (``network_move``,
     ``disk_store``). Batches fill only when the pop daemon runs enough records at once: it runs at least
-    :attr:`records_to_fill` of them, so that one batch gathers while the other is handled, whatever ``[pop]
+    :attr:`records_to_fill` of them, so that one batch gathers while the others are handled, whatever ``[pop]
     concurrency`` says."""
+
+    in_flight: ClassVar[int] = BATCHES_IN_FLIGHT
+    """Batches handled at once (an action's choice, not a setting)."""
 
     batch_size: int = 100
     """Records in a batch at most."""
@@ -43,7 +47,7 @@ class BatchOptions:
     @property
     def records_to_fill(self) -> int:
         """Records running at once that fill every batch in flight."""
-        return BATCHES_IN_FLIGHT * self.batch_size
+        return self.in_flight * self.batch_size
 
     def check_batching(self) -> None:
         if self.batch_size < 1:
@@ -55,5 +59,5 @@ class BatchOptions:
 
     def batcher(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]],
                 size_of: Callable[[T], int]) -> MicroBatcher[T, R]:
-        return MicroBatcher(handle, size=self.batch_size, age=self.batch_age, in_flight=BATCHES_IN_FLIGHT,
+        return MicroBatcher(handle, size=self.batch_size, age=self.batch_age, in_flight=self.in_flight,
                             weight=size_of, max_weight=self.batch_bytes, patience=BATCH_PATIENCE)

@@ -56,8 +56,8 @@ Options (``[queues.NAME.network_move]``):
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
     files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
-    own. The pop daemon runs at least twice ``batch_size`` records
-    at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
+    own. Four batches are sent at once, and the pop daemon runs at least four times ``batch_size`` records at
+    once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
 so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch
