@@ -278,6 +278,8 @@ async def main() -> None:
                         help="the pop daemon's (default 256); with --whole: a tuned column at this concurrency")
     parser.add_argument("--whole", action="store_true", help="the whole path, feed --scan to done, dataq's defaults")
     parser.add_argument("--checksum", metavar="ALGO", help="with --whole: checksum = ALGO in the queue's table")
+    parser.add_argument("--source-check", choices=("read",),
+                        help="with --whole: source_check = \"read\" in the queue's table (every source hashed again)")
     parser.add_argument("--rsyncd-nodelay", action="store_true",
                         help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it)")
     args = parser.parse_args()
@@ -290,8 +292,8 @@ async def main() -> None:
 
         await run_whole(args, actions)
         return
-    if args.checksum:
-        parser.error("--checksum goes with --whole")
+    if args.checksum or args.source_check:
+        parser.error("--checksum and --source-check go with --whole")
     args.concurrency = args.concurrency or POP_CONCURRENCY
     scenarios = [Scenario(action, label, count, size, [], [], [])
                  for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),

@@ -7,10 +7,11 @@ written), then in alternating order, each after a ``sync``: the plain tool; data
 with ``--concurrency N``, dataq with ``[pop] concurrency = N`` (the "tuned" column). A dataq run writes one
 settings file (``testbed.settings_file``) for a queue of its own: the private Redis, the log (level warning, in the
 work directory), the push daemon's loopback port, metrics on free ports, the queue's action and its destination
-(and ``checksum = ALGO`` with ``--checksum``), nothing else. It starts ``dataq push`` and ``dataq pop`` on it
-(``bench.e2e.spawn``) and waits until the push daemon accepts connections and the pop daemon listens on the queue's
-work channel; then the clock starts, ``dataq feed --config FILE --scan SRC`` runs (it hashes every file and sends
-its records to the push daemon), and the clock stops when the queue's ``done`` counter reaches the file count
+(and ``checksum = ALGO`` with ``--checksum``, ``source_check = "read"`` with ``--source-check read``: every source
+hashed again by its action, as before file identities), nothing else. It starts ``dataq push`` and ``dataq pop`` on
+it (``bench.e2e.spawn``) and waits until the push daemon accepts connections and the pop daemon listens on the
+queue's work channel; then the clock starts, ``dataq feed --config FILE --scan SRC`` runs (it hashes every file and
+sends its records to the push daemon), and the clock stops when the queue's ``done`` counter reaches the file count
 (polled every 5 ms; a record inactive, a daemon exiting or the feed failing ends the bench). The feed must then
 report every record pushed, and every file must be at its destination, intact. ``feed exited s``: when the feed
 exited (every record answered ``Pushed``), on the same clock, in the default run.
@@ -66,9 +67,11 @@ from dataq.store import QueueStore
 from testbed.settings_file import write_tables
 
 DEFAULT_CONCURRENCY = PopSettings().concurrency
+QUEUE_KEYS: dict[str, str] = {}
+"""More keys of the queue's table (``--source-check read``)."""
 TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
 RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
-        "[--checksum ALGO] [--rsyncd-nodelay]"
+        "[--checksum ALGO] [--rsyncd-nodelay] [--source-check read]"
 
 
 @dataclass
@@ -81,7 +84,7 @@ class WholeScenario(Scenario):
 
     def passes(self) -> int:
         # The feed hashes every file before it sends its record; the action proves a settled file by its identity.
-        return 1 + (self.checksum == "sha256" and self.action == "network_move")
+        return 1 + ((self.checksum == "sha256" and self.action == "network_move") or "source_check" in QUEUE_KEYS)
 
     def row(self) -> str:
         tool, dataq, md5sum = (statistics.median(values) for values in (self.tool, self.dataq, self.md5sum))
@@ -106,7 +109,7 @@ def write_config(work: Path, url: str, queue: str, port: int, action: str, optio
     }
     if concurrency is not None:
         tables["pop"] = {"concurrency": concurrency}
-    tables[f"queues.{queue}"] = {"actions": [action], **({"checksum": checksum} if checksum else {})}
+    tables[f"queues.{queue}"] = {"actions": [action], **({"checksum": checksum} if checksum else {}), **QUEUE_KEYS}
     tables[f"queues.{queue}.{action}"] = options
     return write_tables(work / f"{queue}.toml", work / "data", tables)
 
@@ -232,6 +235,8 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
 
 
 async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
+    if args.source_check:
+        QUEUE_KEYS["source_check"] = args.source_check
     scenarios = [WholeScenario(action, label, count, size, [], [], [], concurrency=args.concurrency,
                                checksum=args.checksum)
                  for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
@@ -244,6 +249,7 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
           f"dataq pop -> done; {args.rounds} round(s), medians; default settings ([pop] concurrency unset, "
           f"default {DEFAULT_CONCURRENCY})" + (f", tuned: concurrency {args.concurrency}" if args.concurrency else "")
           + (f"; checksum {args.checksum}" if args.checksum else "")
+          + (f"; source_check {args.source_check}" if args.source_check else "")
           + f"; {os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
     print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}"
           + ("; rsync daemon with socket options = TCP_NODELAY" if args.rsyncd_nodelay else ""))
