@@ -144,7 +144,8 @@ def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None, trust
 
 def _verify_copy(copy: _Copy, abort: threading.Event | None) -> None:
     """Read the durable copy back from the disk: it must hold the bytes copied (the identity hash says so; the
-    record's checksum vouched for those bytes as they were read)."""
+    record's checksum, or the source's identity unchanged since its feeder hashed it, vouched for those bytes as
+    they were read)."""
     fd = os.open(copy.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=copy.dir_fd)
     try:
         # Drop the cached pages (clean since the sync) so what is read is what the disk holds, not our own

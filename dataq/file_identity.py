@@ -7,17 +7,24 @@ sent it; feeders send it with a record (:attr:`dataq.record.Record.identity`) so
 file still so need not read it again to prove the record's checksum.
 
 A write stamps the file with the time as the filesystem keeps it: Linux's coarse clock (one tick, at most 10 ms,
-behind the clock a program reads), cut to what the filesystem stores (FAT: 2 s), or the file server's own clock.
-A write that came within that granularity of the change before it could leave every field as it was. So a
-feeder sends an identity only when it is :func:`settled`: the last change at least :data:`SETTLED_NS` before
-its read began (any later write is stamped later, unless the granularity, or the skew between the file server's
-clock and the feeder's, exceeds that), and times that are not whole milliseconds (a coarse filesystem, whose
-times are whole seconds or hundredths, never sends one). A file still being written is read again, as it
-always was.
+behind the clock a program reads), cut to what the filesystem stores. A write that came within that granularity
+of the change before it could leave every field as it was. So a feeder sends an identity only when it is
+:func:`settled`: the file lies on a local filesystem whose kernel stamps its times (:data:`STAMPED_BY_KERNEL`:
+not NFS, whose attributes a client caches and a server stamps with its own clock, nor FUSE or SMB, whose times
+a program may set back, nor FAT's whole seconds), its last change at least :data:`SETTLED_NS` before the read
+began (any later write is stamped later), and its times are not whole milliseconds. A file still being written
+is read again, as it always was.
+
+What an identity cannot see: the kernel stamps a write when it starts, so a single write of the same bytes'
+length into a file in place that takes more than a second (a slow disk throttling it) may land after the
+feeder read a settled file; and a program that writes through a shared memory map stamps the file at its first
+write to a page, not at the later ones until the page is written back. For such writers, ``[queues.NAME]
+source_check = "read"``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 Identity = tuple[int, int, int, int, int]
@@ -26,6 +33,9 @@ SETTLED_NS = 1_000_000_000
 """How long before a read a file must have last changed for its identity to travel with its record."""
 _COARSE_NS = 1_000_000
 """Times that are whole multiples of this come from a filesystem that keeps coarse times."""
+STAMPED_BY_KERNEL = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "bcachefs", "tmpfs"})
+"""Local filesystems whose times the kernel stamps (the change time cannot be set back) in nanoseconds."""
+MOUNTS = "/proc/self/mountinfo"
 
 
 def identity_of(info: os.stat_result) -> Identity:
@@ -41,4 +51,23 @@ def settled(info: os.stat_result, read_from_ns: int) -> Identity | None:
         return None
     if info.st_mtime_ns % _COARSE_NS == 0 and info.st_ctime_ns % _COARSE_NS == 0:
         return None
+    if filesystem_of(info.st_dev) not in STAMPED_BY_KERNEL:
+        return None
     return identity_of(info)
+
+
+@functools.lru_cache(maxsize=64)
+def filesystem_of(device: int) -> str | None:
+    """The type of the filesystem mounted from ``device`` (``st_dev``), from :data:`MOUNTS`; None if none is (a
+    btrfs subvolume below its mount, another mount namespace, not Linux)."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open(MOUNTS, encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                # ID, parent, major:minor, root, mount point, options, optional fields..., "-", type, source, ...
+                if len(fields) > 3 and fields[2] == wanted and "-" in fields[6:]:
+                    return fields[fields.index("-", 6) + 1]
+    except OSError:
+        return None
+    return None

@@ -83,6 +83,10 @@ class Record:
     that had not changed for a second before it was hashed (:mod:`dataq.file_identity`). An action finding the file
     still so may take the checksum as proven without reading the file again (``[queues.NAME] source_check``):
     any write to it, or another file in its place, changes one of them (the change time cannot be set back)."""
+    algorithm: str | None = None
+    """The algorithm of the checksum, where the record's maker knows it (a feeder's own read): the line that
+    carries the identity names it, so that a queue of another algorithm refuses it instead of taking a checksum
+    nobody checked as proven."""
 
     @property
     def id(self) -> str:
@@ -143,7 +147,7 @@ def check_identity(identity: object, size: int) -> Identity:
     """A record's file identity (:attr:`Record.identity`) from its JSON form: five integers, 0 or more, the third
     the record's size."""
     if not isinstance(identity, list) or len(identity) != IDENTITY_FIELDS or any(
-            isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= 2**64 for item in identity):
+            isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 2**64 for item in identity):
         raise InvalidRecord(f"identity {_shortened(json.dumps(identity), 120)} is not a list of "
                             f"{IDENTITY_FIELDS} integers (device, inode, size, mtime and ctime in ns), 0 or more")
     if identity[2] != size:
@@ -180,12 +184,14 @@ def _shortened(text: str, keep: int = 40) -> str:
 
 def make_record(path: str, checksum: str, size: int, rules: RecordRules = DEFAULT_RULES,
                 identity: Identity | None = None) -> Record:
-    """Build a validated record from typed fields (raises InvalidRecord)."""
+    """Build a validated record from typed fields (raises InvalidRecord); with the file's ``identity``, the
+    record also names ``rules``' algorithm (the feeder computed it)."""
     return Record(
         path=check_path(path),
         checksum=rules.check_checksum(checksum),
         size=check_size(size),
         identity=identity,
+        algorithm=rules.algorithm if identity is not None else None,
     )
 
 
@@ -274,6 +280,8 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
         rules.check_algorithm(DEFAULT_ALGORITHM)
     record = make_record(path, checksum, obj["size"], rules)
     identity = check_identity(obj[IDENTITY_KEY], record.size) if obj.get(IDENTITY_KEY) is not None else None
+    if identity is not None and ALGORITHM_KEY not in obj:
+        raise InvalidRecord("identity needs the key 'algorithm': the algorithm of the checksum it proves")
     if site is None and identity is None:
         return record
     return Record(record.path, record.checksum, record.size, source=site, identity=identity)
@@ -281,10 +289,11 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
 
 def format_line(record: Record, *, with_identity: bool = False) -> str:
     """The line a feeder would send for this record (text form unless the path holds whitespace); with
-    ``with_identity``, the JSON form with the record's file identity, if it has one (a feeder's own read)."""
-    if with_identity and record.identity is not None:
+    ``with_identity``, the JSON form with the record's file identity and algorithm, if it has them (a feeder's own
+    read)."""
+    if with_identity and record.identity is not None and record.algorithm is not None:
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
-                           IDENTITY_KEY: list(record.identity)})
+                           ALGORITHM_KEY: record.algorithm, IDENTITY_KEY: list(record.identity)})
     if any(ch.isspace() for ch in record.path):
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
     return f"{record.path} {record.checksum} {record.size}"
@@ -305,9 +314,10 @@ def refused_as_older(detail: str) -> bool:
 
 
 def plain_form(line: bytes) -> bytes:
-    """A line in the form push daemons older than site names (and file identities) take; the line as it is if it
-    names no site, algorithm nor identity, or if its checksum is not md5 (the only one those daemons know:
-    refused, it must stay so, never be taken as md5). Without its identity, a record's file is read again."""
+    """A line in the form push daemons older than site names, algorithm names or file identities take: without
+    its identity (the actions then read the file again), and for an md5 record the plain line; the line as it is
+    if it names none of them. A record whose checksum is not md5 keeps its algorithm: a daemon older than
+    algorithm names knows md5 only, and must go on refusing it, never take it as md5."""
     try:
         obj = json.loads(line)
     except ValueError:
@@ -315,7 +325,10 @@ def plain_form(line: bytes) -> bytes:
     if not isinstance(obj, dict) or not OPTIONAL_KEYS & set(obj):
         return line
     if obj.get(ALGORITHM_KEY, DEFAULT_ALGORITHM) != DEFAULT_ALGORITHM:
-        return line
+        if IDENTITY_KEY not in obj:
+            return line
+        del obj[IDENTITY_KEY]
+        return (json.dumps(obj) + "\n").encode()
     record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
     return (format_line(record) + "\n").encode("utf-8", "surrogateescape")
 
@@ -386,7 +399,7 @@ def decode_stored(checksum: str, value: str) -> Record:
 
 def _stored_identity(text: str) -> Identity | None:
     fields = text.split(":")
-    if len(fields) != IDENTITY_FIELDS or not all(field.isdigit() for field in fields):
+    if len(fields) != IDENTITY_FIELDS or not all(_DIGITS.fullmatch(field) for field in fields):
         return None
     device, inode, size, mtime_ns, ctime_ns = map(int, fields)
     return device, inode, size, mtime_ns, ctime_ns
