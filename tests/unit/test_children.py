@@ -63,11 +63,14 @@ def wait_for(condition: object, what: str) -> None:
 def test_a_transfer_dies_with_the_pop_daemon_that_started_it_even_by_sigkill() -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT])
     try:
-        wait_for(lambda: children_of(parent.pid), "the transfer to start")
-        (transfer,) = children_of(parent.pid)
-        # setpriv arms the signal, then execs the program: a kill before that is the documented window in which
-        # a child may outlive its parent, so the kill waits until the program runs.
-        wait_for(lambda: command_of(transfer) == "sleep", "the transfer's program to run")
+        # The transfer is the child running sleep: not dataq's probe of setpriv (which runs true first), nor
+        # setpriv itself before it exec'd the program. It arms the signal, then execs: a kill before that is the
+        # documented window in which a child may outlive its parent, so the kill waits until the program runs.
+        def transfers() -> list[int]:
+            return [child for child in children_of(parent.pid) if command_of(child) == "sleep"]
+
+        wait_for(transfers, "the transfer's program to run")
+        (transfer,) = transfers()
         parent.kill()
         parent.wait()
         wait_for(lambda: gone(transfer), "the transfer to end with its parent")
