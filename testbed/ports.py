@@ -18,7 +18,8 @@ LOWEST = 20_000
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def _ephemeral_low() -> int:
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands out to sockets bound to port 0 and to outgoing connections."""
     try:
         with open(EPHEMERAL_RANGE) as source:
             return int(source.read().split()[0])
@@ -28,7 +29,7 @@ def _ephemeral_low() -> int:
 
 def unclaimed_port() -> int:
     """A loopback TCP port below the ephemeral range that nothing is bound to right now."""
-    high = _ephemeral_low() - 1
+    high = ephemeral_low() - 1
     if high <= LOWEST:
         raise RuntimeError(f"the ephemeral port range starts at {high + 1}: no room below it for test daemons")
     for _ in range(200):

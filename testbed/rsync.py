@@ -11,13 +11,15 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from dataq.embedded.redis_server import free_port
+from testbed.ports import unclaimed_port
 
 LOOPBACK = "127.0.0.1"
 DAEMON_START_TIMEOUT = 10.0
 DAEMON_STOP_TIMEOUT = 5.0
 DAEMON_START_ATTEMPTS = 3
 """A free port may be taken between choosing it and rsync binding it; try another then."""
+LISTEN_STATE = "0A"
+"""TCP_LISTEN in ``/proc/net/tcp``."""
 TRANSFER_LOG_PREFIX = "dataq-test-transfer"
 
 
@@ -66,13 +68,16 @@ class RsyncDaemon:
         return config
 
     def start(self, port: int | None = None) -> None:
-        """Start listening, on ``port`` if given (a destination that comes back), else on a free port."""
+        """Start listening, on ``port`` if given (a destination that comes back), else on a free port.
+
+        The port lies below the ephemeral range (:func:`unclaimed_port`): while a destination is down, the
+        kernel cannot hand its port to another process's connection or daemon, so it comes back on it."""
         rsync = shutil.which("rsync")
         if rsync is None:
             raise RuntimeError("rsync is not installed (make install-test installs it)")
         config = self._write_config()
         for _ in range(1 if port else DAEMON_START_ATTEMPTS):
-            self.port = port or free_port()
+            self.port = port or unclaimed_port()
             self.process = subprocess.Popen(
                 [rsync, "--daemon", "--no-detach", f"--config={config}", f"--port={self.port}",
                  f"--address={LOOPBACK}"],
@@ -88,7 +93,9 @@ class RsyncDaemon:
         assert self.process is not None
         deadline = time.monotonic() + DAEMON_START_TIMEOUT
         while time.monotonic() < deadline and self.process.poll() is None:
-            with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, self.port), timeout=0.5):
+            # Its own socket: another test's daemon answering on a port this one failed to bind would pass a
+            # connect, and the test would then talk to it until its timeout.
+            if _listens(self.process.pid, self.port):
                 return True
             time.sleep(0.05)
         return False
@@ -105,6 +112,26 @@ class RsyncDaemon:
             process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on loopback ``port`` (read from /proc, Linux)."""
+    wanted = f"{socket.htonl(0x7F000001):08X}:{port:04X}"
+    inodes = set()
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == wanted and fields[3] == LISTEN_STATE:
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it has exited
+        return False
+    for fd in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
 
 
 @contextlib.contextmanager

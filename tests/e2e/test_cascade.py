@@ -15,6 +15,8 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import pytest
+
 from dataq.feed.client import Feeder
 from dataq.protocol import ReplyKind
 from dataq.record import Record
@@ -27,6 +29,8 @@ from tests.actions_support import OlderPeer
 FAST = {"receipt_interval": 0.3, "resend_after": 3.0, "handon_timeout": 3.0}
 """Custody timings for tests: ask often, resend after 3 s."""
 FLOW_TIMEOUT = 120.0
+pytestmark = pytest.mark.timeout(3 * FLOW_TIMEOUT)
+"""Above a flow's wait, so that a stuck flow fails saying which wait it was (a test takes 15-40 s)."""
 
 
 def make_sources(directory: Path, count: int, prefix: str = "c4d") -> list[Record]:

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from dataq.actions import Action
 from dataq.actions.testing import leave_mark
 from dataq.cli.console import main as dataq_cli
-from dataq.embedded.redis_server import free_port
 from dataq.errors import Permanent, Retryable
 from dataq.ops.notices import KIND_REACHABLE, KIND_UNREACHABLE
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
+from testbed.ports import unclaimed_port
 from testbed.rsync import RsyncDaemon
 from testbed.waits import eventually, eventually_equal
 from tests.actions_support import LOOPBACK, PUSHED_DATE, make_file
@@ -86,7 +86,7 @@ async def test_an_rsync_daemon_down_for_longer_than_the_retries_would_last_sends
     source.mkdir()
     records = [make_file(source, f"f{i}.fits", f"data {i}".encode()) for i in range(5)]
     await store.push_batch(records, source="t")
-    port = free_port()
+    port = unclaimed_port()  # down for a while: a port the kernel does not hand out meanwhile
     destination = f"rsync://{LOOPBACK}:{port}/{VALLEY}"
     config = write_config(tmp_path, redis_url, actions=["network_move"], queue={"max_errors": 1},
                           options={"network_move": {"destination": destination, "io_timeout": 5}}, pop=FAST_PROBES)
