@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,9 +24,9 @@ from dataq.config import MAX_PORT, Settings
 from dataq.config.feed_settings import parse_target
 from dataq.errors import ConfigError, DataqError
 from dataq.feed.client import Target
-from dataq.feed.spool import DATABASE
-from dataq.feed.spool_status import SpoolStatus, read_spool_status, retry_refused
-from dataq.feed.spooled import spool_dir_for
+
+if TYPE_CHECKING:
+    from dataq.feed.spool_status import SpoolStatus
 
 WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 """A push daemon listening on every address is reached on loopback."""
@@ -126,7 +126,7 @@ def _watch(settings: Settings, watch_dir: str, spool_dir: str | None, chosen: li
            include: tuple[str, ...], exclude: tuple[str, ...], poll: float | None, settle: float | None) -> None:
     from dataq.feed.client import client_tls_context
     from dataq.feed.command import watch_command
-    from dataq.feed.spooled import Link
+    from dataq.feed.spooled import Link, spool_dir_for
     from dataq.feed.watch import WatchOptions
 
     fed = settings.feed
@@ -162,6 +162,10 @@ def _targets(settings: Settings, queue: str, host: str | None, port: int | None,
 
 
 def _spools(settings: Settings, spool_dir: str | None, watch_dir: str | None) -> list[str]:
+    # The spool's modules are imported where a spool is used: a feed without one starts faster.
+    from dataq.feed.spool import DATABASE
+    from dataq.feed.spooled import spool_dir_for
+
     if spool_dir is not None:
         return [spool_dir]
     if watch_dir is not None:
@@ -182,6 +186,8 @@ def _listdir(directory: str) -> list[str]:
 
 
 def _spool_report(spools: list[str], show_status: bool, retry: bool) -> None:
+    from dataq.feed.spool_status import read_spool_status, retry_refused
+
     for index, spool in enumerate(spools):
         if retry:
             count = retry_refused(spool)

@@ -22,8 +22,6 @@ from dataq.feed.client import (
     client_tls_context,
 )
 from dataq.feed.sources import read_record_file, scan_tree
-from dataq.feed.spooled import Link, spool_and_forward, watch_and_forward
-from dataq.feed.watch import WatchOptions
 from dataq.protocol import Reply
 from dataq.record import Record, RecordRules
 from dataq.runtime.signals import install_stop_signals
@@ -32,6 +30,8 @@ from dataq.runtime.systemd import ready, run_watchdog, stopping, watchdog_interv
 
 if TYPE_CHECKING:
     from dataq.feed.metrics import FeedMetrics
+    from dataq.feed.spooled import Link
+    from dataq.feed.watch import WatchOptions
 
 PROGRESS_INTERVAL = 0.25
 """Seconds between two redraws of the progress line."""
@@ -130,6 +130,9 @@ async def feed_command(
 
     invalid = "; {local_errors} lines not sent (invalid)"
     if spool is not None:
+        # Imported here, as below: a feed without a spool starts without sqlite, inotify and the watcher.
+        from dataq.feed.spooled import Link, spool_and_forward
+
         stop = asyncio.Event()
         install_stop_signals(stop)
         link = Link(((host, port), *also), window=window, tls=tls, timeout=target_timeout,
@@ -181,6 +184,8 @@ async def watch_command(options: WatchOptions, spool: str, link: Link, rules: Re
 async def _watch(options: WatchOptions, spool: str, link: Link, rules: RecordRules,
                  metrics: FeedMetrics | None) -> int:
     """The watch itself, between the metrics endpoint's start and its end."""
+    from dataq.feed.spooled import watch_and_forward
+
     stop = asyncio.Event()
     install_stop_signals(stop)
     supervisor = Supervisor(stop)
