@@ -30,6 +30,7 @@ import asyncio
 import hashlib
 import os
 import platform
+import resource
 import socket
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.e2e import spawn, stop_all
+from bench.lsyncd import tree_cpu
 from bench.move import (
     LARGE_BYTES,
     LOOPBACK,
@@ -81,6 +83,8 @@ class WholeScenario(Scenario):
     tuned: list[float] = field(default_factory=list)
     fed: list[float] = field(default_factory=list)
     """Seconds until ``dataq feed`` exited (every record pushed), default settings."""
+    cpu: list[dict[str, float]] = field(default_factory=list)
+    """CPU seconds of each dataq process in those runs (:func:`through_whole_path`)."""
 
     def passes(self) -> int:
         # The feed hashes every file before it sends its record; the action proves a settled file by its identity.
@@ -96,6 +100,15 @@ class WholeScenario(Scenario):
         return (f"| feed --scan → {self.action} | {self.label} | {self.count:,} | {megabytes:,.0f} | {tool:.2f} | "
                 f"{dataq:.2f} | **{tool / dataq:.2f}** | {self.ceiling(tool, md5sum):.2f} | {self.count / dataq:,.0f} "
                 f"| {megabytes / dataq:,.0f} | {statistics.median(self.fed):.2f} |{tuned}")
+
+    def cpu_row(self) -> str:
+        """Where the CPUs went in the default runs (medians): a run that takes about its CPU seconds over the
+        CPUs is bound by them."""
+        used = {role: statistics.median(run.get(role, 0.0) for run in self.cpu) for role in ("feed", "pop", "push")}
+        total = statistics.median(sum(run.values()) for run in self.cpu)
+        return (f"| feed --scan → {self.action} | {self.label} | {statistics.median(self.dataq):.2f} | "
+                f"{used['feed']:.2f} | {used['pop']:.2f} | {used['push']:.2f} | "
+                f"{total / (os.cpu_count() or 1):.2f} |")
 
 
 def write_config(work: Path, url: str, queue: str, port: int, action: str, options: dict[str, Any],
@@ -115,9 +128,11 @@ def write_config(work: Path, url: str, queue: str, port: int, action: str, optio
 
 
 async def through_whole_path(url: str, work: Path, queue: str, action: str, options: dict[str, Any],
-                             count: int, concurrency: int | None, checksum: str | None, fed: list[float]) -> float:
+                             count: int, concurrency: int | None, checksum: str | None, fed: list[float],
+                             cpu: list[dict[str, float]]) -> float:
     """Seconds from the start of ``dataq feed --scan`` until ``count`` records are done (daemons already up);
-    appends to ``fed`` the seconds until the feed exited."""
+    appends to ``fed`` the seconds until the feed exited, and to ``cpu`` the CPU seconds the feed, the pop daemon
+    (its rsync and copying children included) and the push daemon used meanwhile."""
     home = work / queue  # its settings, log and daemons' stderr
     home.mkdir()
     port = free_port()
@@ -144,6 +159,8 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
 
         await wait_for(up, STARTUP_TIMEOUT, f"dataq push and pop ({queue}) to start")
         env = {key: value for key, value in os.environ.items() if not key.startswith("DATAQ_")}
+        leaders = [children["pop"].pid, children["push"].pid]
+        cpu_before, reaped_before = tree_cpu(leaders), _reaped_cpu()
         started = time.perf_counter()
         feed = await asyncio.create_subprocess_exec(
             *dataq_command(), "feed", "--config", str(config), "--scan", str(work / "src"),
@@ -162,7 +179,11 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
 
         await wait_for(drained, RUN_TIMEOUT, f"{action} ({queue}) to finish")
         elapsed = time.perf_counter() - started
+        cpu_after = tree_cpu(leaders)
         out, err = await asyncio.wait_for(replies, 60)
+        # The feed is the only child reaped meanwhile: the daemons run on, the plain tools run apart.
+        cpu.append({"feed": _reaped_cpu() - reaped_before,
+                    **{role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}})
         if feed.returncode or not out.decode().startswith(f"pushed {count}, ignored 0, errors 0"):
             raise SystemExit(f"dataq feed ({queue}): status {feed.returncode}: {out.decode()}{err.decode()}")
         return elapsed
@@ -171,6 +192,11 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
             feed.kill()  # the bench is failing
         await asyncio.to_thread(stop_all, list(children.values()))
         await store.close()
+
+
+def _reaped_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def check_contents(records: list[Record], where: Path) -> None:
@@ -197,9 +223,9 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
     else:  # the queue's algorithm, timed on one core as md5sum is
         scenario.md5sum.append(await asyncio.to_thread(hashed_in, checksum, [record.path for record in records]))
     await asyncio.sleep(max(0.0, written + SETTLED_NS / 1e9 + 0.1 - time.time()))
-    variants = [("dq", None, scenario.dataq, scenario.fed)]
+    variants = [("dq", None, scenario.dataq, scenario.fed, scenario.cpu)]
     if scenario.concurrency is not None:
-        variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, []))
+        variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, [], []))
     daemon = None
     if scenario.action == "network_move":
         daemon = rsync_daemon(work)
@@ -215,14 +241,16 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
         options = {name: {"root": str(where)} for name, where in destinations.items()}
         tools = [["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"]]
 
-    def run(name: str, concurrency: int | None, fed: list[float]) -> Callable[[], Awaitable[float]]:
+    def run(name: str, concurrency: int | None, fed: list[float],
+            cpu: list[dict[str, float]]) -> Callable[[], Awaitable[float]]:
         queue = f"{scenario.action}{round_no}{scenario.size}{name.replace('-', '')}"
         return lambda: through_whole_path(url, work, queue, scenario.action, options[name], scenario.count,
-                                          concurrency, checksum, fed)
+                                          concurrency, checksum, fed, cpu)
 
     try:
         await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(timed, *tools)),
-                                 *((times, run(name, concurrency, fed)) for name, concurrency, times, fed in variants)],
+                                 *((times, run(name, concurrency, fed, cpu))
+                                   for name, concurrency, times, fed, cpu in variants)],
                       (work, scenario.count * scenario.size))
     finally:
         if daemon is not None:
@@ -262,5 +290,13 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
     print("| --- | --- |" + " ---: |" * (12 if tuned else 9))
     for scenario in scenarios:
         print(scenario.row())
+    print()
+    print(f"CPU seconds of the default runs (medians; the pop daemon's include its rsync or copying children), "
+          f"and their sum over the {os.cpu_count()} CPUs:")
+    print()
+    print("| path | files | dataq s | feed CPU s | pop CPU s | push CPU s | all CPU s / CPUs |")
+    print("| --- | --- |" + " ---: |" * 5)
+    for scenario in scenarios:
+        print(scenario.cpu_row())
     print()
     print(f"rerun: {RERUN}")
