@@ -53,11 +53,12 @@ Options (``[queues.NAME.network_move]``):
     for their receipt longer than ``receipt_alarm`` seconds make a notice to the operators. At ``custody_max``
     records in custody, hand-ons wait (an outage of the custody, not a failure) until receipts make room.
 
-``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
+``batch_size`` (default 100), ``batch_bytes`` (default 64 MiB), ``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
     files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
     own. Four batches are sent at once, and the pop daemon runs at least four times ``batch_size`` records at
-    once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
+    once (whatever ``[pop] concurrency`` says), so batches fill with the defaults; large files, cut into
+    batches of 64 MiB, go side by side.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
 so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch

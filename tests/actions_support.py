@@ -113,6 +113,18 @@ def recording_rsync(directory: Path) -> tuple[Path, Path]:
     return script, calls
 
 
+def counting_rsync(directory: Path) -> tuple[Path, Path]:
+    """An rsync that notes how many files each transfer (not a dry run) was given: the program, and its notes."""
+    script, counts = directory / "counting-rsync", directory / "files-per-send"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do case "$arg" in --files-from=*) listing="${arg#--files-from=}";; esac; done\n'
+        f'case " $* " in *" --dry-run "*) ;; *) tr -cd "\\000" < "$listing" | wc -c >> "{counts}";; esac\n'
+        f'exec "{shutil.which("rsync")}" "$@"\n')
+    script.chmod(0o755)
+    return script, counts
+
+
 def corrupting_rsync(directory: Path, victim: Path) -> Path:
     """An rsync that, after each real transfer (not a dry run), damages ``victim``: a disk that lies."""
     script = directory / "corrupting-rsync"

@@ -26,6 +26,7 @@ from testbed.rsync import RsyncDaemon
 from tests.actions_support import (
     LOOPBACK,
     corrupting_rsync,
+    counting_rsync,
     hidden_leftovers,
     make_file,
     md5,
@@ -105,6 +106,20 @@ async def test_sources_not_at_their_layout_paths_are_sent_from_a_tree_laid_out_a
     assert f" -- {tmp_path / 'mountain'}/ " not in call and "/tree/ " in call
     for record in records:
         assert md5((valley / "night" / Path(record.path).name).read_bytes()) == record.checksum
+
+
+async def test_large_files_are_cut_into_batches_of_64_mib_by_default_to_be_sent_side_by_side(
+        daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:
+    # Under a cap of 1 GiB, ten files of 30 MB scanned into a queue went as a batch of two, then, gathered while it
+    # was sent (the batcher's patience), one of eight: a single rsync stream for 240 MB (bench/move.py --whole).
+    size = 33 << 20  # two make a batch: it is cut once it holds 64 MiB or more
+    records = [make_file(tmp_path / "mountain", f"big{n}.fits", bytes([n]) * size) for n in range(4)]
+    program, counts = counting_rsync(tmp_path)
+    action = build("network_move", tmp_path, destination=daemon.url("valley"), rsync=str(program))
+    assert await run_all(action, records) == [None] * len(records)
+    files_per_send = [int(line) for line in counts.read_text().split()]
+    assert sum(files_per_send) == len(records) and max(files_per_send) <= 2, files_per_send
+    assert sorted(daemon.received()) == sorted(Path(record.path).name for record in records)
 
 
 async def test_one_bad_record_of_a_batch_fails_alone(daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:
