@@ -58,7 +58,7 @@ from bench.move import (
     timed,
     version_of_rsync,
 )
-from bench.pop import RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
+from bench.pop import POLL, RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
 from bench.push import dataq_command
 from dataq.checksum import hash_file
 from dataq.config.schema import PopSettings
@@ -74,6 +74,18 @@ QUEUE_KEYS: dict[str, str] = {}
 TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
 RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
         "[--checksum ALGO] [--rsyncd-nodelay] [--source-check read]"
+MARKS = {"first pushed": ("pushed", 1), "all pushed": ("pushed", 0), "first done": ("done", 1)}
+"""Moments of a run: a queue counter and the count it reaches then (0: every record)."""
+
+
+@dataclass
+class RunLog:
+    """What dataq's runs of a scenario saw besides their time (:func:`through_whole_path`)."""
+
+    fed: list[float] = field(default_factory=list)
+    """Seconds until ``dataq feed`` exited (every record pushed)."""
+    cpu: list[dict[str, float]] = field(default_factory=list)
+    marks: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,10 +93,8 @@ class WholeScenario(Scenario):
     concurrency: int | None = None
     checksum: str | None = None
     tuned: list[float] = field(default_factory=list)
-    fed: list[float] = field(default_factory=list)
-    """Seconds until ``dataq feed`` exited (every record pushed), default settings."""
-    cpu: list[dict[str, float]] = field(default_factory=list)
-    """CPU seconds of each dataq process in those runs (:func:`through_whole_path`)."""
+    runs: RunLog = field(default_factory=RunLog)
+    """What the default runs saw besides their time."""
 
     def passes(self) -> int:
         # The feed hashes every file before it sends its record; the action proves a settled file by its identity.
@@ -99,16 +109,18 @@ class WholeScenario(Scenario):
             tuned = f" {seconds:.2f} | **{tool / seconds:.2f}** | {self.count / seconds:,.0f} |"
         return (f"| feed --scan → {self.action} | {self.label} | {self.count:,} | {megabytes:,.0f} | {tool:.2f} | "
                 f"{dataq:.2f} | **{tool / dataq:.2f}** | {self.ceiling(tool, md5sum):.2f} | {self.count / dataq:,.0f} "
-                f"| {megabytes / dataq:,.0f} | {statistics.median(self.fed):.2f} |{tuned}")
+                f"| {megabytes / dataq:,.0f} | {statistics.median(self.runs.fed):.2f} |{tuned}")
 
     def cpu_row(self) -> str:
         """Where the CPUs went in the default runs (medians): a run that takes about its CPU seconds over the
         CPUs is bound by them."""
-        used = {role: statistics.median(run.get(role, 0.0) for run in self.cpu) for role in ("feed", "pop", "push")}
-        total = statistics.median(sum(run.values()) for run in self.cpu)
+        used = {role: statistics.median(run.get(role, 0.0) for run in self.runs.cpu)
+                for role in ("feed", "pop", "push", "rsync")}
+        total = statistics.median(sum(run.values()) for run in self.runs.cpu)
+        marks = {mark: statistics.median(run[mark] for run in self.runs.marks) for mark in MARKS}
         return (f"| feed --scan → {self.action} | {self.label} | {statistics.median(self.dataq):.2f} | "
-                f"{used['feed']:.2f} | {used['pop']:.2f} | {used['push']:.2f} | "
-                f"{total / (os.cpu_count() or 1):.2f} |")
+                f"{used['feed']:.2f} | {used['pop']:.2f} | {used['push']:.2f} | {used['rsync']:.2f} | "
+                f"{total / (os.cpu_count() or 1):.2f} | " + " | ".join(f"{marks[mark]:.2f}" for mark in MARKS) + " |")
 
 
 def write_config(work: Path, url: str, queue: str, port: int, action: str, options: dict[str, Any],
@@ -128,11 +140,13 @@ def write_config(work: Path, url: str, queue: str, port: int, action: str, optio
 
 
 async def through_whole_path(url: str, work: Path, queue: str, action: str, options: dict[str, Any],
-                             count: int, concurrency: int | None, checksum: str | None, fed: list[float],
-                             cpu: list[dict[str, float]]) -> float:
+                             count: int, concurrency: int | None, checksum: str | None, log: RunLog,
+                             far: int | None) -> float:
     """Seconds from the start of ``dataq feed --scan`` until ``count`` records are done (daemons already up);
-    appends to ``fed`` the seconds until the feed exited, and to ``cpu`` the CPU seconds the feed, the pop daemon
-    (its rsync and copying children included) and the push daemon used meanwhile."""
+    logs in ``log`` the seconds until the feed exited, when the queue's counters first showed records pushed and
+    done (:data:`MARKS`), and the CPU seconds the feed, the pop daemon
+    (its rsync and copying children included), the push daemon and the rsync daemon ``far`` (its receivers and
+    the verifying reads of what they wrote) used meanwhile."""
     home = work / queue  # its settings, log and daemons' stderr
     home.mkdir()
     port = free_port()
@@ -159,20 +173,24 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
 
         await wait_for(up, STARTUP_TIMEOUT, f"dataq push and pop ({queue}) to start")
         env = {key: value for key, value in os.environ.items() if not key.startswith("DATAQ_")}
-        leaders = [children["pop"].pid, children["push"].pid]
+        leaders = [children["pop"].pid, children["push"].pid, *([far] if far else [])]
         cpu_before, reaped_before = tree_cpu(leaders), _reaped_cpu()
         started = time.perf_counter()
         feed = await asyncio.create_subprocess_exec(
             *dataq_command(), "feed", "--config", str(config), "--scan", str(work / "src"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         replies = asyncio.create_task(feed.communicate())
-        replies.add_done_callback(lambda _: fed.append(time.perf_counter() - started))
+        replies.add_done_callback(lambda _: log.fed.append(time.perf_counter() - started))
+        marks: dict[str, float] = {}
 
         async def drained() -> bool:
             exited()
             if replies.done() and feed.returncode:
                 raise SystemExit(f"dataq feed ({queue}) failed: {replies.result()[1].decode()}")
             counters = await store.counters()
+            for mark, (counter, at_least) in MARKS.items():
+                if counters.get(counter, 0) >= (at_least or count):
+                    marks.setdefault(mark, time.perf_counter() - started)
             if counters.get("inactive", 0) or (await store.summary()).inactive:
                 raise SystemExit(f"{action}: records failed: {await store.summary()}")
             return counters.get("done", 0) >= count
@@ -182,7 +200,8 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
         cpu_after = tree_cpu(leaders)
         out, err = await asyncio.wait_for(replies, 60)
         # The feed is the only child reaped meanwhile: the daemons run on, the plain tools run apart.
-        cpu.append({"feed": _reaped_cpu() - reaped_before,
+        log.marks.append(marks)
+        log.cpu.append({"feed": _reaped_cpu() - reaped_before,
                     **{role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}})
         if feed.returncode or not out.decode().startswith(f"pushed {count}, ignored 0, errors 0"):
             raise SystemExit(f"dataq feed ({queue}): status {feed.returncode}: {out.decode()}{err.decode()}")
@@ -223,9 +242,9 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
     else:  # the queue's algorithm, timed on one core as md5sum is
         scenario.md5sum.append(await asyncio.to_thread(hashed_in, checksum, [record.path for record in records]))
     await asyncio.sleep(max(0.0, written + SETTLED_NS / 1e9 + 0.1 - time.time()))
-    variants = [("dq", None, scenario.dataq, scenario.fed, scenario.cpu)]
+    variants = [("dq", None, scenario.dataq, scenario.runs)]
     if scenario.concurrency is not None:
-        variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, [], []))
+        variants.append((f"dq-c{scenario.concurrency}", scenario.concurrency, scenario.tuned, RunLog()))
     daemon = None
     if scenario.action == "network_move":
         daemon = rsync_daemon(work)
@@ -241,16 +260,15 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
         options = {name: {"root": str(where)} for name, where in destinations.items()}
         tools = [["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"]]
 
-    def run(name: str, concurrency: int | None, fed: list[float],
-            cpu: list[dict[str, float]]) -> Callable[[], Awaitable[float]]:
+    def run(name: str, concurrency: int | None, log: RunLog) -> Callable[[], Awaitable[float]]:
         queue = f"{scenario.action}{round_no}{scenario.size}{name.replace('-', '')}"
         return lambda: through_whole_path(url, work, queue, scenario.action, options[name], scenario.count,
-                                          concurrency, checksum, fed, cpu)
+                                          concurrency, checksum, log,
+                                          daemon.process.pid if daemon and daemon.process else None)
 
     try:
         await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(timed, *tools)),
-                                 *((times, run(name, concurrency, fed, cpu))
-                                   for name, concurrency, times, fed, cpu in variants)],
+                                 *((times, run(name, concurrency, log)) for name, concurrency, times, log in variants)],
                       (work, scenario.count * scenario.size))
     finally:
         if daemon is not None:
@@ -291,11 +309,13 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
     for scenario in scenarios:
         print(scenario.row())
     print()
-    print(f"CPU seconds of the default runs (medians; the pop daemon's include its rsync or copying children), "
-          f"and their sum over the {os.cpu_count()} CPUs:")
+    print(f"CPU seconds of the default runs (medians; the pop daemon's include its rsync or copying children; "
+          f"Redis's left out), their sum over the {os.cpu_count()} CPUs, and when the queue's counters first showed "
+          f"records pushed and done (seconds from the feed's start, polled every {POLL * 1000:.0f} ms):")
     print()
-    print("| path | files | dataq s | feed CPU s | pop CPU s | push CPU s | all CPU s / CPUs |")
-    print("| --- | --- |" + " ---: |" * 5)
+    print("| path | files | dataq s | feed CPU s | pop CPU s | push CPU s | rsync daemon CPU s | all CPU s / CPUs | "
+          + " | ".join(f"{mark} s" for mark in MARKS) + " |")
+    print("| --- | --- |" + " ---: |" * (6 + len(MARKS)))
     for scenario in scenarios:
         print(scenario.cpu_row())
     print()
