@@ -33,13 +33,15 @@ class NetworkMoveOptions(BatchOptions):
     the CPUs: with four batches at once a scan of 1,000 small files was moved 15 % sooner and a burst 7 %
     (``bench/move.py --whole``, ``bench/lsyncd.py``, two A/B pairs), where ``disk_store``, whose batches end in
     syncs of the whole filesystem, was 12 % slower at four and keeps two."""
+    # kw_only as in the base class: a positional field with a default could not come before ``destination``.
     batch_bytes: int = field(default=64 << 20, kw_only=True)
-    """Bytes of files in a batch at most (a batch of one file may hold more). Lower than ``disk_store``'s 1 GiB:
-    large files that came while a batch was being sent gathered, under 1 GiB, into one batch (the batcher's
-    patience), a single rsync stream for all of them; a batch full at 64 MiB leaves at once, and the batches go
-    side by side. Ten files of 30 MB scanned into a queue went as batches of 2 and 8 at 1 GiB, of 2, 3, 3 and 2 at
-    64 MiB, and took 0.67-0.77 s instead of 0.84-0.85 s (``bench/move.py --whole --checksum xxh128``, A/B,
-    alternating). A batch of small files (100 of them) stays whole up to 640 KiB each."""
+    """Bytes of files at which a batch is cut (the file that reaches them included): bounds the work a timeout or
+    a kill throws away. Lower than ``disk_store``'s 1 GiB: large files that came while a batch was being sent
+    gathered, under 1 GiB, into one batch (the batcher's patience), a single rsync stream for all of them; a batch
+    that reaches 64 MiB leaves at once, and the batches go side by side. Ten files of 30 MB scanned into a queue
+    went as batches of 2 and 8 at 1 GiB, of 2, 3, 3 and 2 at 64 MiB, and took 0.67-0.77 s (four runs) instead of
+    0.84-0.85 s (two), alternating (``bench/move.py --whole --checksum xxh128``; this VM's runs vary by 20-30 %).
+    A batch of small files (100 of them) stays whole up to 640 KiB each."""
     destination: str
     """Where files go: ``rsync://host[:port]/module/path``, ``[user@]host:path`` or an absolute path."""
     layout: str = DEFAULT_LAYOUT
