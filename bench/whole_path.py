@@ -85,7 +85,11 @@ class RunLog:
     fed: list[float] = field(default_factory=list)
     """Seconds until ``dataq feed`` exited (every record pushed)."""
     cpu: list[dict[str, float]] = field(default_factory=list)
+    """CPU seconds by process name: ``feed``, ``pop`` and ``push``, with their children once reaped, and ``rsync``
+    (the rsync daemon, with its receivers; a pop daemon's rsync still running at a reading would count there too,
+    but none runs at either: before the feed, and once every record is done)."""
     marks: list[dict[str, float]] = field(default_factory=list)
+    """Seconds from the feed's start to each of :data:`MARKS`."""
 
 
 @dataclass
@@ -202,7 +206,7 @@ async def through_whole_path(url: str, work: Path, queue: str, action: str, opti
         # The feed is the only child reaped meanwhile: the daemons run on, the plain tools run apart.
         log.marks.append(marks)
         log.cpu.append({"feed": _reaped_cpu() - reaped_before,
-                    **{role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}})
+                        **{role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}})
         if feed.returncode or not out.decode().startswith(f"pushed {count}, ignored 0, errors 0"):
             raise SystemExit(f"dataq feed ({queue}): status {feed.returncode}: {out.decode()}{err.decode()}")
         return elapsed

@@ -71,7 +71,8 @@ class RsyncDaemon:
         """Start listening, on ``port`` if given (a destination that comes back), else on a free port.
 
         The port lies below the ephemeral range (:func:`unclaimed_port`): while a destination is down, the
-        kernel cannot hand its port to another process's connection or daemon, so it comes back on it."""
+        kernel does not hand it out to another process's connection or daemon; should another test take it all
+        the same, this fails rather than pass off that test's socket as the daemon's."""
         rsync = shutil.which("rsync")
         if rsync is None:
             raise RuntimeError("rsync is not installed (make install-test installs it)")
@@ -118,7 +119,7 @@ def _listens(pid: int, port: int) -> bool:
     """Whether process ``pid`` holds a socket listening on loopback ``port`` (read from /proc, Linux)."""
     wanted = f"{socket.htonl(0x7F000001):08X}:{port:04X}"
     inodes = set()
-    with contextlib.suppress(OSError), open("/proc/net/tcp") as table:
+    with open("/proc/net/tcp") as table:  # unreadable: an error, not a daemon that seems never to start
         for line in table.readlines()[1:]:
             fields = line.split()
             if fields[1] == wanted and fields[3] == LISTEN_STATE:
