@@ -152,7 +152,12 @@ def check_identity(identity: object, size: int) -> Identity:
                             f"{IDENTITY_FIELDS} integers (device, inode, size, mtime and ctime in ns), 0 or more")
     if identity[2] != size:
         raise InvalidRecord(f"identity says {identity[2]} bytes; the record says {size}")
-    device, inode, _, mtime_ns, ctime_ns = identity
+    return _as_identity(identity)
+
+
+def _as_identity(fields: list[int]) -> Identity:
+    """Five integers (checked by the caller) as an identity."""
+    device, inode, size, mtime_ns, ctime_ns = fields
     return device, inode, size, mtime_ns, ctime_ns
 
 
@@ -401,5 +406,4 @@ def _stored_identity(text: str) -> Identity | None:
     fields = text.split(":")
     if len(fields) != IDENTITY_FIELDS or not all(_DIGITS.fullmatch(field) for field in fields):
         return None
-    device, inode, size, mtime_ns, ctime_ns = map(int, fields)
-    return device, inode, size, mtime_ns, ctime_ns
+    return _as_identity([int(field) for field in fields])
