@@ -291,7 +291,11 @@ class Watcher:
         every directory beneath ``tops`` was watched (``watched_since``, ns): their writers' closes are seen. (A
         time ahead of the clock was set by a copy that kept its source's: such a file is complete.) What is left
         to chance: a writer that paused for longer than ``settle`` as the watches were added (at the feeder's
-        start, or as its directory was made), then goes on."""
+        start, or as its directory was made), then goes on. "As" reaches a little past ``watched_since``: a file's
+        time can read earlier than the clock did just before the write (the kernel stamps it from a coarser clock;
+        a CI run saw a file begun after the watch listed as older). The doubt goes toward taking the file: one left
+        out would wait for the next start, where one taken while still written fails its action's source check,
+        and its writer's close brings it again."""
         listed: dict[str, Observed] = {}
         for top in tops:
             listed.update(await asyncio.to_thread(list_tree, self.options, top))
