@@ -21,6 +21,7 @@ import yaml
 from dataq.embedded.redis_server import free_port
 from dataq.ops.exported import EXPORTED_METRICS
 from dataq.ops.metrics import REPLICAS, REPLICATION_PROBLEMS
+from testbed.ports import unclaimed_port
 from testbed.waits import eventually, eventually_equal
 from tests.e2e.test_suite import DATAQ
 from tests.pop_support import daemon_env
@@ -153,7 +154,9 @@ async def test_prometheus_scrapes_every_daemon_and_fires_the_shipped_alert_for_a
 ) -> None:
     prometheus, promtool = executable("prometheus"), executable("promtool")
     ports = {name: free_port() for name in
-             ("push", "push_metrics", "pop_metrics", "web", "feed_metrics", "rsyncd", "prometheus")}
+             ("push", "push_metrics", "pop_metrics", "web", "feed_metrics", "prometheus")}
+    # The destination nobody listens on: a port the kernel does not give another test's daemon meanwhile.
+    ports["rsyncd"] = unclaimed_port()
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     config = suite_config(tmp_path, redis_url, ports, incoming)

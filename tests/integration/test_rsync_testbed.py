@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.ports import ephemeral_low
+from testbed.ports import ephemeral_low, share, unclaimed_port
 from testbed.rsync import LOOPBACK, RsyncDaemon
 
 
@@ -38,3 +38,17 @@ def test_a_daemon_whose_port_another_process_listens_on_fails_to_start(tmp_path:
         other.listen()  # answers a connect, as another test's daemon would
         with pytest.raises(RuntimeError, match="did not start"):
             daemon.start(port)
+
+
+def test_each_xdist_worker_picks_ports_from_a_slice_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    slices = []
+    for worker in range(4):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+        low, high = share()
+        assert low <= unclaimed_port() <= high
+        slices.append(range(low, high + 1))
+    assert all(not set(a) & set(b) for n, a in enumerate(slices) for b in slices[n + 1:]), "no two workers share"
+    assert max(slice_.stop for slice_ in slices) <= ephemeral_low()
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert share()[1] == ephemeral_low() - 1, "outside xdist: the whole range"
