@@ -29,6 +29,9 @@ class Mover(Protocol):
 
     def base_args(self) -> list[str]: ...
 
+    async def connect(self, argv: list[str]) -> Completed:
+        """Run an rsync call to the destination (no more at once than it takes)."""
+
     def target(self, move: Move) -> str: ...
 
 
@@ -119,7 +122,8 @@ class BatchMove:
 
         await asyncio.to_thread(stage)
         transferred, self.sent = await send(self.action.base_args(), tree, listing, self.options.destination,
-                                            mkpath=self.options.create_dirs, ignore_times=ignore_times)
+                                            mkpath=self.options.create_dirs, ignore_times=ignore_times,
+                                            run=self.action.connect)
         changed = await asyncio.to_thread(self._changed, [move for move in moves if move.relative in transferred])
         for index, move in zip(indices, moves, strict=True):
             if move.record.path in changed:
@@ -163,7 +167,7 @@ class BatchMove:
 
         await asyncio.to_thread(prepare)
         found, self.fetched = await remote_digests(self.action.base_args(), listing, self.options.destination,
-                                                   scratch, self.action.remote)
+                                                   scratch, self.action.remote, run=self.action.connect)
         if self.fetched.unreachable:
             for index in indices:
                 self.outcomes[index] = self.fetched.failure(

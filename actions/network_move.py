@@ -58,7 +58,9 @@ Options (``[queues.NAME.network_move]``):
     files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
     own. Four batches are sent at once, and the pop daemon runs at least four times ``batch_size`` records at
     once (whatever ``[pop] concurrency`` says), so batches fill with the defaults; large files, cut into
-    batches of 64 MiB, go side by side.
+    batches of 64 MiB, go side by side. A daemon whose ``max connections`` takes fewer gets fewer
+    (:mod:`~dataq.actions.connections`): a call it refuses while another of the action's is open waits for
+    that one instead of counting as an outage.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
 so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch
@@ -106,6 +108,7 @@ from dataq.record import Record
 
 from .base import Action, ActionContext
 from .batcher import MicroBatcher
+from .connections import Connections
 from .custody import SenderCustody
 from .files import SourceMismatch, SourceRead, in_thread, read_source_sync, remove_source_sync
 from .handon import HandOn
@@ -113,6 +116,7 @@ from .layout import record_values, render
 from .move_batch import BatchMove, Move
 from .move_options import NetworkMoveOptions
 from .rsync import (
+    Completed,
     destination_kind,
     join,
     make_work_dir,
@@ -153,6 +157,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
                                site=context.site, algorithm=self.algorithm)
         self._custody = SenderCustody(self._hand_on, context, options)
+        self._connections = Connections(options.destination, options.in_flight)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
@@ -184,6 +189,9 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             # then waits 40 ms two or three times (measured: 90-130 ms per call against 5 ms with it).
             args += [f"--contimeout={seconds}", NO_DELAY]
         return [*args, *options.extra_args]
+
+    async def connect(self, argv: list[str]) -> Completed:
+        return await self._connections.run(argv)
 
     async def run(self, record: Record) -> None:
         options = self.options

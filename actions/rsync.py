@@ -19,7 +19,7 @@ import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
@@ -117,6 +117,11 @@ class Completed:
         return Retryable(message, destination=destination) if self.unreachable else ActionError(message)
 
 
+RunCommand = Callable[[list[str]], Awaitable[Completed]]
+"""How a call is run: :func:`run_command`, or through an action's
+:class:`~dataq.actions.connections.Connections`."""
+
+
 async def run_command(argv: list[str]) -> Completed:
     """Run ``argv`` (never through a shell) to completion; a cancelled caller kills its whole process group.
 
@@ -198,7 +203,7 @@ def write_list(path: str, names: Sequence[str]) -> None:
 
 
 async def send(base: list[str], tree: str, listing: str, destination: str, *, mkpath: bool,
-               ignore_times: bool) -> tuple[set[str], Completed]:
+               ignore_times: bool, run: RunCommand | None = None) -> tuple[set[str], Completed]:
     """Transfer the files ``listing`` names from ``tree`` (a tree of symlinks, or the sources' own directory) to
     ``destination``, each to its path there; the names of the files it transferred, and how it ended. Without
     ``ignore_times``, a file that is there with the same size and time is not transferred.
@@ -209,9 +214,10 @@ async def send(base: list[str], tree: str, listing: str, destination: str, *, mk
     argv = [*base[:1], "--copy-links", "--times", *(["--mkpath"] if mkpath else []),
             *(["--ignore-times"] if ignore_times else []), f"--files-from={listing}", "--from0",
             f"--out-format={SENT_MARK} %i %n", *base[1:], "--", f"{tree.rstrip('/')}/", join(destination, "")]
-    result = await run_command(argv)
+    run = run or run_command
+    result = await run(argv)
     if mkpath and result.status == 11 and _MKPATH_RACE.search(result.stderr):
-        result = await run_command(argv)
+        result = await run(argv)
     transferred = set()
     for line in _marked(result.stdout, SENT_MARK):
         change, _, name = line.partition(" ")
@@ -234,14 +240,15 @@ def remote_algorithm(algorithm: str) -> str:
 
 
 async def remote_digests(base: list[str], listing: str, destination: str, scratch: str,
-                         algorithm: str = DEFAULT_ALGORITHM) -> tuple[dict[str, str], Completed]:
+                         algorithm: str = DEFAULT_ALGORITHM, *,
+                         run: RunCommand | None = None) -> tuple[dict[str, str], Completed]:
     """The digest (``algorithm``: one of :data:`REMOTE_ALGORITHMS`) of each file ``listing`` names that
     ``destination`` holds, read there (a dry-run fetch into the empty directory ``scratch``); a file it does not
     hold is missing from the result."""
     argv = [*base[:1], "--dry-run", "--checksum", f"--checksum-choice={algorithm}", f"--files-from={listing}",
             "--from0",
             f"--out-format={VERIFY_MARK} %C %n", *base[1:], "--", join(destination, ""), f"{scratch.rstrip('/')}/"]
-    result = await run_command(argv)
+    result = await (run or run_command)(argv)
     found: dict[str, str] = {}
     for line in _marked(result.stdout, VERIFY_MARK):
         if not line.endswith("/"):  # directories have no checksum

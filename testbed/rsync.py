@@ -26,12 +26,16 @@ TRANSFER_LOG_PREFIX = "dataq-test-transfer"
 class RsyncDaemon:
     """``rsync --daemon`` in the foreground on a free loopback port, one writable module per directory."""
 
-    def __init__(self, workdir: Path, modules: Mapping[str, Path], *, nodelay: bool = False) -> None:
+    def __init__(self, workdir: Path, modules: Mapping[str, Path], *, nodelay: bool = False,
+                 max_connections: int = 0) -> None:
         self.workdir = workdir
         self.modules = dict(modules)
         self.nodelay = nodelay
         """The daemon's own ``socket options = TCP_NODELAY`` (what ``docs/actions.md`` advises; off: Debian's
         default configuration)."""
+        self.max_connections = max_connections
+        """Each module's ``max connections`` (0: unlimited, rsync's default); the daemon refuses a connection past
+        it with "@ERROR: max connections (N) reached -- try again later"."""
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -62,6 +66,10 @@ class RsyncDaemon:
         for name, path in self.modules.items():
             path.mkdir(parents=True, exist_ok=True)
             lines += [f"[{name}]", f"    path = {path}", "    read only = no", "    list = yes"]
+            if self.max_connections:
+                # The count lives in the lock file (default /var/run/rsyncd.lock): kept in the test's directory.
+                lines += [f"    max connections = {self.max_connections}",
+                          f"    lock file = {self.workdir / 'rsyncd.lock'}"]
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "rsyncd.conf"
         config.write_text("\n".join(lines) + "\n")
@@ -136,8 +144,8 @@ def _listens(pid: int, port: int) -> bool:
 
 
 @contextlib.contextmanager
-def rsync_daemon(workdir: Path, modules: Mapping[str, Path]) -> Iterator[RsyncDaemon]:
-    daemon = RsyncDaemon(workdir, modules)
+def rsync_daemon(workdir: Path, modules: Mapping[str, Path], *, max_connections: int = 0) -> Iterator[RsyncDaemon]:
+    daemon = RsyncDaemon(workdir, modules, max_connections=max_connections)
     daemon.start()
     try:
         yield daemon

@@ -22,7 +22,7 @@ from dataq.errors import ActionError, ConfigError
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from testbed.actions import action_context
-from testbed.rsync import RsyncDaemon
+from testbed.rsync import RsyncDaemon, rsync_daemon
 from tests.actions_support import (
     LOOPBACK,
     corrupting_rsync,
@@ -120,6 +120,17 @@ async def test_large_files_are_cut_into_batches_of_64_mib_by_default_to_be_sent_
     assert await run_all(action, records) == [None] * len(records)
     assert sorted(int(line) for line in counts.read_text().split()) == [2, 2]
     assert sorted(daemon.received()) == sorted(Path(record.path).name for record in records)
+
+
+async def test_a_daemon_at_its_max_connections_holds_back_the_batches_past_it_instead_of_an_outage(
+        valley: Path, tmp_path: Path) -> None:
+    # Four batches go at once; a daemon that takes one connection at a time refuses the other three ("max
+    # connections (1) reached"). That is not an outage while a connection of this action is open: they wait for it.
+    records = files(tmp_path / "mountain", 4 * BATCH)
+    with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}, max_connections=1) as daemon:
+        action = build("network_move", tmp_path, destination=daemon.url("valley"), batch_size=BATCH)
+        assert await run_all(action, records) == [None] * len(records)
+        assert sorted(daemon.received()) == sorted(Path(record.path).name for record in records)
 
 
 async def test_one_bad_record_of_a_batch_fails_alone(daemon: RsyncDaemon, valley: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from dataq.ops.notices import KIND_REACHABLE, KIND_UNREACHABLE
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from testbed.ports import unclaimed_port
-from testbed.rsync import RsyncDaemon
+from testbed.rsync import RsyncDaemon, rsync_daemon
 from testbed.waits import eventually, eventually_equal
 from tests.actions_support import LOOPBACK, PUSHED_DATE, make_file
 from tests.pop_support import (
@@ -71,6 +71,15 @@ async def summary_of(config: Path) -> dict[str, Any]:
     return document
 
 
+async def pushed_files(store: QueueStore, tmp_path: Path, count: int) -> tuple[list[Record], Path]:
+    """``count`` small files in ``tmp_path/source``, their records pushed; and the valley's directory."""
+    source = tmp_path / "source"
+    source.mkdir()
+    records = [make_file(source, f"f{i:03}.fits", f"data {i}".encode()) for i in range(count)]
+    await store.push_batch(records, source="t")
+    return records, tmp_path / "valley"
+
+
 async def probes_failed(store: QueueStore, at_least: int) -> bool:
     for worker in await store.workers():
         for outage in (worker.heartbeat or {}).get("unreachable", []):  # type: ignore[union-attr]
@@ -82,10 +91,7 @@ async def probes_failed(store: QueueStore, at_least: int) -> bool:
 async def test_an_rsync_daemon_down_for_longer_than_the_retries_would_last_sends_no_record_inactive(
     store: QueueStore, redis_url: str, tmp_path: Path
 ) -> None:
-    source, valley = tmp_path / "source", tmp_path / "valley"
-    source.mkdir()
-    records = [make_file(source, f"f{i}.fits", f"data {i}".encode()) for i in range(5)]
-    await store.push_batch(records, source="t")
+    records, valley = await pushed_files(store, tmp_path, 5)
     port = unclaimed_port()  # down for a while: a port the kernel does not hand out meanwhile
     destination = f"rsync://{LOOPBACK}:{port}/{VALLEY}"
     config = write_config(tmp_path, redis_url, actions=["network_move"], queue={"max_errors": 1},
@@ -112,6 +118,25 @@ async def test_an_rsync_daemon_down_for_longer_than_the_retries_would_last_sends
     assert [notice.kind for notice in notifier.notices] == [KIND_UNREACHABLE, KIND_REACHABLE]
     assert notifier.notices[0].details["destination"] == destination
     assert PUSHED_DATE  # the files were laid out by name only (the default layout)
+
+
+async def test_a_daemon_that_takes_fewer_connections_than_the_batches_sent_at_once_is_no_outage(
+    store: QueueStore, redis_url: str, tmp_path: Path
+) -> None:
+    # network_move sends four batches at once; this daemon takes one connection at a time and refuses the rest
+    # ("max connections (1) reached"). The action waits for its own connection instead: no record fails (and
+    # runs again), no unreachable notice goes to the operators.
+    records, valley = await pushed_files(store, tmp_path, 80)
+    with rsync_daemon(tmp_path / "rsyncd", {VALLEY: valley}, max_connections=1) as rsyncd:
+        config = write_config(tmp_path, redis_url, actions=["network_move"],
+                              options={"network_move": {"destination": rsyncd.url(VALLEY), "batch_size": 10}},
+                              pop=FAST_PROBES)
+        notifier = RecordingNotifier()
+        async with pop_daemon(load(config), notifier=notifier):
+            await eventually_equal(lambda: counter(store, "done"), len(records), what="every file sent")
+    assert notifier.notices == []
+    assert await counter(store, "claimed") == len(records), "no record failed and was run again"
+    assert sorted(path.name for path in valley.iterdir()) == sorted(Path(r.path).name for r in records)
 
 
 async def test_a_missing_source_file_still_ends_inactive_after_max_errors_with_its_error(

@@ -1,0 +1,122 @@
+"""The rsync connections one ``network_move`` opens to its destination at once: up to four, fewer while the far
+side refuses more.
+
+An rsync daemon may cap a module's connections (``max connections``; 0, unlimited, by default) and refuses one
+past the cap ("@ERROR: max connections (N) reached -- try again later", exit status 5). While another connection of
+the same action is open (or has just ended), such a refusal says that this action fills the daemon's room itself,
+not that the destination is away: the call waits for one of the action's own connections to end and runs again,
+and the action opens no more at once than it had open when it was refused (one at least). After
+:data:`PROBE_AFTER` times as many calls as it opens at once have gone through, it tries one more at once, up to the
+most: it finds the daemon's cap, and finds it again once the cap is raised. A refusal while none of its own
+connections is open or has just ended (others hold the daemon's room, or it is stuck) goes back to the caller, an
+outage of the destination as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections import deque
+
+from dataq.logs import get_logger
+
+from .rsync import Completed, RunCommand, run_command
+
+log = get_logger()
+
+PROBE_AFTER = 8
+"""Calls through per connection at once before one more is tried: a daemon held at its cap then refuses about one
+call in eight times the connections open (a refused call costs a connection and its greeting, a few ms)."""
+REFUSED_PAUSE = 0.05
+"""Seconds a refused call waits, once one of the action's connections has ended, before it connects again."""
+LINGER = 1.0
+"""Seconds after one of the action's calls ended during which a refusal still counts as the action's own doing: the
+daemon's process of that connection frees its room (a lock in its lock file) only as it exits, after the client
+has seen the end (measured: a call alone, just after another ended, refused)."""
+_AT_CAP = re.compile(r"^@ERROR: max connections \(\d+\) reached", re.MULTILINE)
+
+
+def refused_at_cap(completed: Completed) -> bool:
+    """Whether an rsync daemon refused this call for being at its ``max connections``."""
+    return completed.status != 0 and _AT_CAP.search(completed.stderr) is not None
+
+
+class Connections:
+    """Runs rsync calls, no more at once than the destination takes (see the module docstring)."""
+
+    def __init__(self, destination: str, most: int, run: RunCommand = run_command, *,
+                 pause: float = REFUSED_PAUSE) -> None:
+        self.destination = destination
+        self.most = most
+        self.at_once = most
+        """Calls that may run at once now."""
+        self._run, self._pause = run, pause
+        self._open = 0
+        self._ended_at = float("-inf")
+        """When the last call that went through ended (the loop's clock)."""
+        self._through = 0
+        """Calls through since :attr:`at_once` last changed."""
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def run(self, argv: list[str]) -> Completed:
+        """Run ``argv`` once there is room; again, after a pause, each time the daemon refuses it while another
+        call of this action is open or has just ended."""
+        while True:
+            await self._enter()
+            try:
+                completed = await self._run(argv)
+            except BaseException:
+                self._open -= 1
+                self._wake()
+                raise
+            self._open -= 1
+            now = asyncio.get_running_loop().time()
+            refused = refused_at_cap(completed) and (self._open > 0 or now - self._ended_at < LINGER)
+            if refused:
+                self._narrow(self._open)
+            else:
+                self._ended_at = now
+                self._went_through()
+            self._wake()
+            if not refused:
+                return completed
+            await asyncio.sleep(self._pause)
+
+    def _narrow(self, open_now: int) -> None:
+        if open_now < self.at_once:
+            log.info("the destination refuses more connections; fewer at once", destination=self.destination,
+                     at_once=open_now)
+        self.at_once = max(1, min(self.at_once, open_now))
+        self._through = 0
+
+    def _went_through(self) -> None:
+        if self.at_once >= self.most:
+            return
+        self._through += 1
+        if self._through >= PROBE_AFTER * self.at_once:
+            self.at_once += 1
+            self._through = 0
+
+    async def _enter(self) -> None:
+        while self._open >= self.at_once:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, yet leaving: the room goes to the next one
+                raise
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+        self._open += 1
+
+    def _wake(self) -> None:
+        room = self.at_once - self._open
+        while room > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                room -= 1

@@ -1,0 +1,106 @@
+"""An rsync daemon at its ``max connections`` holds back a ``network_move``'s calls past its cap; it is an outage
+only when none of the action's own calls fills it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dataq.actions.connections import PROBE_AFTER, Connections, refused_at_cap
+from dataq.actions.rsync import Completed
+
+AT_CAP = "@ERROR: max connections ({cap}) reached -- try again later\nrsync error: error starting client-server " \
+         "protocol (code 5) at main.c(1954) [sender=3.5.0]\n"
+
+
+class Daemon:
+    """A daemon that takes ``cap`` connections at once (more: refused, as rsync's), each call taking ``seconds``;
+    ``foreign`` connections of other clients hold rooms too."""
+
+    def __init__(self, cap: int, seconds: float = 0.01) -> None:
+        self.cap, self.seconds, self.foreign = cap, seconds, 0
+        self.open = self.most_open = self.calls = self.refused = 0
+
+    async def run(self, argv: list[str]) -> Completed:
+        self.calls += 1
+        if self.open + self.foreign >= self.cap:
+            self.refused += 1
+            return Completed(5, "", AT_CAP.format(cap=self.cap))
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.open -= 1
+        return Completed(0, " ".join(argv), "")
+
+
+async def test_calls_past_the_daemons_cap_wait_for_the_actions_own_and_all_go_through() -> None:
+    daemon = Daemon(cap=2)
+    connections = Connections("rsync://far/m", 4, daemon.run, pause=0.001)
+    results = await asyncio.gather(*(connections.run([f"call {n}"]) for n in range(12)))
+    assert [result.status for result in results] == [0] * 12
+    assert [result.stdout for result in results] == [f"call {n}" for n in range(12)]
+    assert daemon.most_open == 2
+    assert connections.at_once == 2, "it opens no more at once than the daemon took"
+    assert daemon.refused <= 4, "refused only while it found the cap"
+
+
+async def test_a_refusal_with_none_of_its_own_calls_open_is_the_callers_an_outage() -> None:
+    daemon = Daemon(cap=1)
+    daemon.foreign = 1  # another client holds the only room
+    connections = Connections("rsync://far/m", 4, daemon.run, pause=0.001)
+    result = await connections.run(["alone"])
+    assert result.status == 5 and refused_at_cap(result)
+    assert daemon.calls == 1
+
+
+async def test_it_tries_one_more_at_once_after_enough_calls_went_through_up_to_the_most() -> None:
+    daemon = Daemon(cap=2, seconds=0.002)
+    connections = Connections("rsync://far/m", 3, daemon.run, pause=0.001)
+    await asyncio.gather(*(connections.run(["x"]) for _ in range(6)))
+    assert connections.at_once == 2
+    daemon.cap = 10  # the operator raised it
+    for _ in range(PROBE_AFTER * 2):
+        await connections.run(["x"])
+    assert connections.at_once == 3
+    for _ in range(PROBE_AFTER * 3 * 2):
+        await connections.run(["x"])
+    assert connections.at_once == 3, "never more than the most"
+
+
+async def test_a_waiting_call_that_is_cancelled_leaves_its_room_to_the_next() -> None:
+    daemon = Daemon(cap=1, seconds=0.05)
+    connections = Connections("rsync://far/m", 1, daemon.run, pause=0.001)
+    first = asyncio.create_task(connections.run(["first"]))
+    second = asyncio.create_task(connections.run(["second"]))
+    third = asyncio.create_task(connections.run(["third"]))
+    await asyncio.sleep(0.01)
+    second.cancel()
+    assert (await first).status == 0
+    assert (await asyncio.wait_for(third, 2)).stdout == "third"
+    with pytest.raises(asyncio.CancelledError):
+        await second
+
+
+async def test_a_cancelled_call_frees_its_room() -> None:
+    daemon = Daemon(cap=1, seconds=10)
+    connections = Connections("rsync://far/m", 1, daemon.run, pause=0.001)
+    stuck = asyncio.create_task(connections.run(["stuck"]))
+    await asyncio.sleep(0.01)
+    stuck.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stuck
+    daemon.seconds = 0.001
+    assert (await asyncio.wait_for(connections.run(["next"]), 2)).status == 0
+
+
+@pytest.mark.parametrize(("status", "stderr", "refused"), [
+    (5, AT_CAP.format(cap=4), True),
+    (5, "@ERROR: Unknown module 'm'\n", False),
+    (23, "rsync: [sender] link_stat \"/data/max connections (1) reached\" failed\n", False),
+    (0, "", False),
+])
+def test_only_the_daemons_own_refusal_counts_as_being_at_its_cap(status: int, stderr: str, refused: bool) -> None:
+    assert refused_at_cap(Completed(status, "", stderr)) is refused
