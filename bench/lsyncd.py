@@ -2,8 +2,9 @@
 
 Both send to one ``rsync --daemon`` on loopback (without ``socket options``, Debian's default, or with ``socket
 options = TCP_NODELAY`` with ``--rsyncd-nodelay``, as ``docs/actions.md`` advises), each into its own subdirectory
-of one module, from a source directory of its own; they never run at the same time. Per round and workload, each
-system gets a fresh source directory, a fresh destination directory and a fresh start:
+of one module (``max connections`` unlimited, or N with ``--rsyncd-max-connections N``), from a source directory
+of its own; they never run at the same time. Per round and workload, each system gets a fresh source directory, a
+fresh destination directory and a fresh start:
 
 * **lsyncd** (``settings{nodaemon = true}``, ``sync{default.rsync, source = SRC, target = "rsync://.../m/lsyncd/RUN/",
   delay = 1, rsync = {binary = ...}}``: otherwise lsyncd's defaults);
@@ -34,7 +35,8 @@ dataq record may be inactive, active or in flight. Rounds (``--rounds``) rotate 
 table gives medians, and ratio = lsyncd / dataq (above 1: dataq is faster). Every process started is stopped
 (process groups, SIGTERM then SIGKILL) on success, error, SIGTERM or Ctrl-C.
 
-    .venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay] [--json]
+    .venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay]
+        [--rsyncd-max-connections N] [--json]
 
 lsyncd must be installed: ``make bench-deps``, or ``apt-get install --no-install-recommends lsyncd``.
 """
@@ -83,7 +85,8 @@ POLL = 0.005
 ODD_COUNTERS = {"failed", "duplicate", "orphaned", "reclaimed", "deactivated"}
 """Counters of a queue that should stay at 0 in these runs; reported below the table if not."""
 DATAQ = [sys.executable, "-c", "from dataq.cli.main import main; main()"]
-RERUN = ".venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay] [--json]"
+RERUN = (".venv/bin/python bench/lsyncd.py [--burst 1000] [--rounds 3] [--concurrency N] [--rsyncd-nodelay] "
+         "[--rsyncd-max-connections N] [--json]")
 LSYNCD_CONFIG = """settings {{
     nodaemon = true,
     logfile = {log},
@@ -407,6 +410,7 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
     if args.json or args.only or len(args.workloads) < 2:
         print(json.dumps({"rounds": args.rounds, "burst": args.burst, "concurrency": args.concurrency,
                           "rsyncd_nodelay": args.rsyncd_nodelay,
+                          "rsyncd_max_connections": args.rsyncd_max_connections,
                           "medians": medians,
                           "values": {s.label: s.results for s in systems},
                           "notes": {s.label: s.notes for s in systems}}, indent=2))
@@ -416,7 +420,8 @@ def report(args: argparse.Namespace, systems: list[System], load_before: str) ->
     print(f"load average (1, 5, 15 min): {load_before} before, {load()} after (other work on the host skews times)")
     print("dataq: `dataq run` + `dataq feed --watch SRC`, settings: the queue's actions and destination only "
           "(and Redis URL, directories, free ports)")
-    print(f"rsync daemon: {'socket options = TCP_NODELAY' if args.rsyncd_nodelay else 'no socket options'}")
+    print(f"rsync daemon: {'socket options = TCP_NODELAY' if args.rsyncd_nodelay else 'no socket options'}, "
+          f"max connections = {args.rsyncd_max_connections}")
     print("ratio = lsyncd / dataq (above 1: dataq is faster)\n")
     header = f"| work | {lsyncd.label} |" + "".join(f" {s.label} | ratio |" for s in dataqs)
     print(header)
@@ -441,7 +446,8 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="dataq-bench-lsyncd-", dir=os.environ.get("BENCH_DIR")) as temp, \
             EmbeddedRedis(Path(temp) / "redis", port=0, appendfsync="always") as redis:
         work = Path(temp)
-        rsyncd = RsyncDaemon(work / "rsyncd", {MODULE: work / "dest"}, nodelay=args.rsyncd_nodelay)
+        rsyncd = RsyncDaemon(work / "rsyncd", {MODULE: work / "dest"}, nodelay=args.rsyncd_nodelay,
+                             max_connections=args.rsyncd_max_connections)
         rsyncd.start()
         try:
             for round_no in range(args.rounds):
@@ -473,6 +479,9 @@ def main() -> None:
     parser.add_argument("--rsyncd-nodelay", action="store_true",
                         help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it; "
                         "default: without, as Debian's rsyncd.conf)")
+    parser.add_argument("--rsyncd-max-connections", type=int, default=0, metavar="N",
+                        help="the rsync daemon's module with `max connections = N` (default 0: unlimited, rsync's "
+                        "default); dataq sends four batches at once and must adapt to fewer")
     parser.add_argument("--only", default="", help="run only the systems whose label holds this (e.g. dataq): "
                         "for profiling; the table then needs every system")
     args = parser.parse_args()

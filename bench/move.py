@@ -15,7 +15,8 @@ Rounds alternate which goes first, each after a ``sync`` and after twice the byt
 a file and deleted (:func:`recycle_pages`: this VM's host backs guest memory on first touch, which made the
 second run of a round write three times slower); the table gives medians. The rsync daemon runs without
 ``socket options`` (Debian's default), or with ``socket options = TCP_NODELAY`` (``--rsyncd-nodelay``, what
-``docs/actions.md`` advises); both tools send to it. After each dataq run every
+``docs/actions.md`` advises), its module with ``max connections = N`` with ``--rsyncd-max-connections N``;
+both tools send to it. After each dataq run every
 file is checked at its destination (md5) and no record may be inactive. The ``ceiling`` column is the ratio
 dataq would reach if it did the plain tool's work plus the md5 it must compute and nothing else, spread over all
 CPUs: tool / (tool + k * md5sum / CPUs), with ``md5sum`` of the same files timed in the same round and k the md5
@@ -72,13 +73,14 @@ POP_CONCURRENCY = 256
 
 
 S = TypeVar("S", bound="Scenario")
-RSYNCD = {"nodelay": False}
-"""How the benches' rsync daemon is configured (``--rsyncd-nodelay``)."""
+RSYNCD = {"nodelay": False, "max_connections": 0}
+"""How the benches' rsync daemon is configured (``--rsyncd-nodelay``, ``--rsyncd-max-connections``)."""
 
 
 def rsync_daemon(work: Path) -> RsyncDaemon:
     """The destination of a round's ``network_move`` and of its plain ``rsync``."""
-    return RsyncDaemon(work / "rsyncd", {"m": work / "module"}, nodelay=RSYNCD["nodelay"])
+    return RsyncDaemon(work / "rsyncd", {"m": work / "module"}, nodelay=bool(RSYNCD["nodelay"]),
+                       max_connections=int(RSYNCD["max_connections"]))
 
 
 async def in_rounds(scenarios: list[S], rounds: int, prefix: str,
@@ -282,8 +284,10 @@ async def main() -> None:
                         help="with --whole: source_check = \"read\" in the queue's table (every source hashed again)")
     parser.add_argument("--rsyncd-nodelay", action="store_true",
                         help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it)")
+    parser.add_argument("--rsyncd-max-connections", type=int, default=0, metavar="N",
+                        help="the rsync daemon's module with `max connections = N` (default 0: unlimited)")
     args = parser.parse_args()
-    RSYNCD["nodelay"] = args.rsyncd_nodelay
+    RSYNCD.update(nodelay=args.rsyncd_nodelay, max_connections=args.rsyncd_max_connections)
     if args.quick:
         args.rounds, args.small, args.large = 1, 300, 4
     actions = [args.only] if args.only else ["network_move", "disk_store"]

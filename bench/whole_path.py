@@ -73,7 +73,7 @@ QUEUE_KEYS: dict[str, str] = {}
 """More keys of the queue's table (``--source-check read``)."""
 TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
 RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
-        "[--checksum ALGO] [--rsyncd-nodelay] [--source-check read]"
+        "[--checksum ALGO] [--rsyncd-nodelay] [--rsyncd-max-connections N] [--source-check read]"
 MARKS = {"first pushed": ("pushed", 1), "all pushed": ("pushed", 0), "first done": ("done", 1)}
 """Moments of a run: a queue counter and the count it reaches then (0: every record)."""
 
@@ -302,7 +302,9 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
           + (f"; source_check {args.source_check}" if args.source_check else "")
           + f"; {os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
     print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}"
-          + ("; rsync daemon with socket options = TCP_NODELAY" if args.rsyncd_nodelay else ""))
+          + ("; rsync daemon with socket options = TCP_NODELAY" if args.rsyncd_nodelay else "")
+          + (f"; rsync daemon with max connections = {args.rsyncd_max_connections}"
+             if args.rsyncd_max_connections else ""))
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print()
     tuned = (f" dataq c{args.concurrency} s | ratio c{args.concurrency} | files/s c{args.concurrency} |"
