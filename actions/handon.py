@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 
 from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.config.feed_settings import parse_target
@@ -29,6 +30,10 @@ from dataq.runtime.supervise import cancel_and_wait
 
 SENDER_RESTART_CAP = 60.0
 """Longest wait before a failed hand-on sender starts again."""
+OLDER_SITE_RECHECK = 3600.0
+"""Seconds hand-ons go in the 2014 form once a next site was found older than site names; then the full form is
+tried again (the site may have been upgraded): one hand-on an hour refused, and sent again at once in the older
+form, while it is not."""
 
 log = get_logger()
 
@@ -51,8 +56,9 @@ class HandOn:
         self.site, self.algorithm = site, algorithm
         """This site's name and its records' checksum algorithm, carried with each hand-on (no name and md5:
         hand-ons in the 2014 form)."""
-        self._plain = not site and algorithm == DEFAULT_ALGORITHM
-        """Hand-ons go in the 2014 form: a next site is older than site names."""
+        self._always_plain = not site and algorithm == DEFAULT_ALGORITHM
+        self._older_until = float("-inf")
+        """Until when (the monotonic clock) a next site counts as older than site names."""
         self._tls: ssl.SSLContext | None = None
         self._spool: Spool | None = None
         self._forwarder: Forwarder | None = None
@@ -101,6 +107,11 @@ class HandOn:
             await self._spool.close()
 
     @property
+    def _plain(self) -> bool:
+        """Hand-ons go in the 2014 form: configured so, or a next site was found older than site names lately."""
+        return self._always_plain or time.monotonic() < self._older_until
+
+    @property
     def tls(self) -> ssl.SSLContext | None:
         """The TLS context of the links to the next sites (after :meth:`start`)."""
         return self._tls
@@ -147,8 +158,8 @@ class HandOn:
                 result = await feeder.feed([item])
             if feeder.older_daemon and not self._plain:
                 log.info("the next site is older than site names: hand-ons go without this site's name",
-                         site=self._configured(feeder.host, feeder.port))
-                self._plain = True
+                         site=self._configured(feeder.host, feeder.port), again_in=OLDER_SITE_RECHECK)
+                self._older_until = time.monotonic() + OLDER_SITE_RECHECK
         except TimeoutError:
             return f"no answer within {2 * self.timeout * len(self.sites):g} s"
         except DataqError as exc:  # unreachable, or not speaking the push protocol

@@ -146,19 +146,31 @@ class OlderPeer:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
+        self.upgraded = False
+        """Set by :meth:`upgrade`: it takes every line, as a push daemon of today."""
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def upgrade(self) -> None:
+        """Become a push daemon of today, as an upgrade (a restart) would: its connections are closed."""
+        self.upgraded = True
+        for writer in self._writers:
+            writer.close()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while line := await reader.readline():
-            self.lines.append(line)
-            if line.startswith(b"{"):
-                keys = sorted(json.loads(line))
-                unknown = [key for key in keys if key not in ("checksum", "path", "size")]
-                if unknown:
-                    writer.write(f"Error: unknown JSON key {unknown[0]!r}; expected only "
-                                 f"['checksum', 'path', 'size']\n".encode())
+        self._writers.add(writer)
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                self.lines.append(line)
+                if line.startswith(b"{"):
+                    keys = sorted(json.loads(line))
+                    unknown = [key for key in keys if key not in ("checksum", "path", "size")]
+                    if unknown and not self.upgraded:
+                        writer.write(f"Error: unknown JSON key {unknown[0]!r}; expected only "
+                                     f"['checksum', 'path', 'size']\n".encode())
+                    else:
+                        writer.write(b"Pushed ID=" + json.loads(line)["checksum"].encode() + b"\n")
                 else:
-                    writer.write(b"Pushed ID=" + json.loads(line)["checksum"].encode() + b"\n")
-            else:
-                writer.write(b"Pushed ID=" + line.split()[1] + b"\n")
-            await writer.drain()
+                    writer.write(b"Pushed ID=" + line.split()[1] + b"\n")
+                await writer.drain()
+        self._writers.discard(writer)
         writer.close()

@@ -122,7 +122,8 @@ class Feeder:
         self._room = asyncio.Event()
         self._result = FeedResult()
         self._plain = False
-        """The push daemon is older than site names and file identities: lines go in the form it takes."""
+        """The push daemon is older than site names and file identities: lines go in the form it takes (until
+        the next connection, which may reach one upgraded meanwhile)."""
         self._writer: asyncio.StreamWriter | None = None
 
     @property
@@ -133,7 +134,7 @@ class Feeder:
     @property
     def older_daemon(self) -> bool:
         """Whether the push daemon refused a record for names it did not know (site, algorithm, identity): the
-        rest went in the older form (:meth:`_send_plain`)."""
+        rest of the connection went in the older form (:meth:`_send_plain`)."""
         return self._plain
 
     @property
@@ -265,7 +266,7 @@ class Feeder:
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: send (resending what is unanswered first) and read replies until all are answered, or
         until it is being left and what was sent is answered."""
-        self._writer = writer
+        self._writer, self._plain = writer, False
         sender = asyncio.create_task(self._send(writer))
         receiver = asyncio.create_task(self._receive(reader))
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dataq.actions import handon
 from dataq.actions.files import SourceMismatch
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
@@ -19,7 +22,7 @@ from dataq.config import QueueSettings
 from dataq.embedded.redis_server import free_port
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.feed.spool_status import read_spool_status
-from dataq.record import Record
+from dataq.record import SITE_KEY, Record
 from dataq.store import QueueList, QueueStore
 from testbed.actions import action_context
 from testbed.rsync import RsyncDaemon
@@ -365,10 +368,11 @@ async def test_the_hand_on_names_this_site_and_the_next_site_stores_it_with_the_
     assert handed is not None and handed.source is not None and handed.source.startswith("mountain@127.0.0.1:")
 
 
-@pytest.mark.parametrize("spooled", [False, True])
-async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_name(
-        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool) -> None:
-    records = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(3)]
+@contextlib.asynccontextmanager
+async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path,
+                                      spooled: bool) -> AsyncIterator[tuple[OlderPeer, NetworkMoveAction]]:
+    """A ``network_move`` of the site "mountain", started, that hands on (through a spool if ``spooled``) to a
+    push daemon older than site names."""
     peer = OlderPeer()
     server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
     site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
@@ -376,6 +380,45 @@ async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_na
     action = make_action(tmp_path, site="mountain", **hand_on_options(daemon, site, **spool))
     await action.start()
     try:
+        yield peer, action
+    finally:
+        await action.close()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("spooled", [False, True])
+async def test_a_next_site_found_older_is_offered_the_name_again_later_and_takes_it_once_upgraded(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sites are upgraded one at a time: a next site found older than site names gets hand-ons in the 2014 form
+    # for a while (an hour), then the full form again, which it takes once it has been upgraded.
+    monkeypatch.setattr(handon, "OLDER_SITE_RECHECK", 0.5)
+    early, late = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(2)]
+
+    def lines_of(record: Record) -> list[bytes]:
+        return [line for line in peer.lines if record.checksum.encode() in line]
+
+    async def taken_plain(record: Record) -> bool:
+        return any(not line.startswith(b"{") for line in lines_of(record))
+
+    async def taken_named(record: Record) -> bool:
+        return any(line.startswith(b"{") and json.loads(line).get(SITE_KEY) == "mountain" for line in lines_of(record))
+
+    async with handing_on_to_an_older_site(daemon, tmp_path, spooled) as (peer, action):
+        await action.run(early)
+        await eventually(lambda: taken_plain(early), 20, what="the first hand-on, without the name")
+        peer.upgrade()
+        await asyncio.sleep(0.6)
+        await action.run(late)
+        await eventually(lambda: taken_named(late), 20, what="the later hand-on, with the name")
+        assert not await taken_plain(late)
+
+
+@pytest.mark.parametrize("spooled", [False, True])
+async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_name(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool) -> None:
+    records = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(3)]
+    async with handing_on_to_an_older_site(daemon, tmp_path, spooled) as (peer, action):
         for record in records:
             await action.run(record)
 
@@ -383,10 +426,6 @@ async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_na
             return sum(1 for line in peer.lines if not line.startswith(b"{")) == 3
 
         await eventually(all_taken, 20)
-    finally:
-        await action.close()
-        server.close()
-        await server.wait_closed()
     assert [line for line in peer.lines if line.startswith(b"{")] == [peer.lines[0]], "refused once, for the name"
     if spooled:
         status = read_spool_status(str(tmp_path / "handon"))
