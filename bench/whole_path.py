@@ -290,7 +290,10 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
     scenarios = [WholeScenario(action, label, count, size, [], [], [], concurrency=args.concurrency,
                                checksum=args.checksum)
                  for action in actions for label, count, size in (("small files", args.small, SMALL_BYTES),
-                                                                  ("large files", args.large, LARGE_BYTES))]
+                                                                  ("large files", args.large, LARGE_BYTES))
+                 if count > 0]  # --small 0 or --large 0: that kind of file is left out
+    if not scenarios:
+        raise SystemExit("nothing to measure: --small and --large are both 0")
     load_before = os.getloadavg()[0]
     await in_rounds(scenarios, args.rounds, "dataq-bench-whole-",
                     lambda scenario, work, url, round_no: whole_round(scenario, work, url, round_no, args.checksum))
