@@ -20,6 +20,7 @@ import re
 from collections import deque
 
 from dataq.logs import get_logger
+from dataq.ops.documents import HELD_BACK_KEY
 
 from .rsync import Completed, RunCommand, run_command
 
@@ -58,6 +59,12 @@ class Connections:
         self._through = 0
         """Calls through since :attr:`at_once` last changed."""
         self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def status(self) -> dict[str, object]:
+        """For the heartbeat: the calls at once and the most, while the daemon holds them below the most."""
+        if self.at_once >= self.most:
+            return {}
+        return {HELD_BACK_KEY: {self.destination: {"at_once": self.at_once, "most": self.most}}}
 
     async def run(self, argv: list[str]) -> Completed:
         """Run ``argv`` once there is room; again, after a pause, each time the daemon refuses it while another

@@ -178,7 +178,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         return self.options.destination
 
     def status(self) -> Mapping[str, object]:
-        return self._custody.status()
+        return {**self._custody.status(), **self._connections.status()}
 
     def base_args(self) -> list[str]:
         options = self.options

@@ -163,7 +163,9 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @click.option("--pushstr", multiple=True, metavar='"PATH CHECKSUM SIZE"', help="Push one record line.")
 @click.option("--pushfile", multiple=True, type=click.Path(dir_okay=False), metavar="PATH",
               help="Push the record of a data file (its md5 and size computed here).")
-@click.option("--workers", is_flag=True, help="The worker registry: host, pid, since, heartbeat, done, failed.")
+@click.option("--workers", is_flag=True,
+              help="The worker registry: host, pid, since, heartbeat, done, failed (with --json, also destinations "
+              "that take fewer network_move calls at once).")
 @click.option("--events", type=click.IntRange(min=0), is_flag=False, flag_value=DEFAULT_EVENTS, default=None,
               metavar="[N]", help=f"The last N events (default {DEFAULT_EVENTS}): time, kind, id, detail.")
 @click.option("--follow", is_flag=True, help="After everything else, tail the events until Ctrl-C.")

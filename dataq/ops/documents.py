@@ -43,6 +43,12 @@ def event_doc(event: Event) -> dict[str, Any]:
     }
 
 
+HELD_BACK_KEY = "connections_held_back"
+"""The heartbeat key (and ``--workers --json`` key) under which a pop daemon reports the destinations whose rsync
+daemon takes fewer of ``network_move``'s calls at once than it would open (``max connections``): destination ->
+``{"at_once": n, "most": m}``."""
+
+
 def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
     beat = worker.heartbeat or {}
     at = beat.get("at")
@@ -57,6 +63,7 @@ def worker_doc(worker: Worker, now: float) -> dict[str, Any]:
         "done": beat.get("done"),
         "failed": beat.get("failed"),
         "running": beat.get("running"),
+        HELD_BACK_KEY: beat.get(HELD_BACK_KEY) or {},
     }
 
 

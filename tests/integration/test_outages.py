@@ -15,6 +15,7 @@ from dataq.actions import Action
 from dataq.actions.testing import leave_mark
 from dataq.cli.console import main as dataq_cli
 from dataq.errors import Permanent, Retryable
+from dataq.ops.documents import HELD_BACK_KEY
 from dataq.ops.notices import KIND_REACHABLE, KIND_UNREACHABLE
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore
@@ -134,6 +135,12 @@ async def test_a_daemon_that_takes_fewer_connections_than_the_batches_sent_at_on
         notifier = RecordingNotifier()
         async with pop_daemon(load(config), notifier=notifier):
             await eventually_equal(lambda: counter(store, "done"), len(records), what="every file sent")
+            # The operator sees why: the daemon takes fewer calls at once than network_move would open.
+            async def held_back() -> object:
+                (worker,) = json.loads(await dataq_cli_says(config, "--workers", "--json"))["workers"]
+                return {destination: held["most"] for destination, held in worker[HELD_BACK_KEY].items()}
+
+            await eventually_equal(held_back, {rsyncd.url(VALLEY): 4}, what="the destination held back")
     assert notifier.notices == []
     assert await counter(store, "claimed") == len(records), "no record failed and was run again"
     assert sorted(path.name for path in valley.iterdir()) == sorted(Path(r.path).name for r in records)

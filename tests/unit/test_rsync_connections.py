@@ -9,6 +9,7 @@ import pytest
 
 from dataq.actions.connections import PROBE_AFTER, Connections, refused_at_cap
 from dataq.actions.rsync import Completed
+from dataq.ops.documents import HELD_BACK_KEY
 
 AT_CAP = "@ERROR: max connections ({cap}) reached -- try again later\nrsync error: error starting client-server " \
          "protocol (code 5) at main.c(1954) [sender=3.5.0]\n"
@@ -45,6 +46,7 @@ async def test_calls_past_the_daemons_cap_wait_for_the_actions_own_and_all_go_th
     assert daemon.most_open == 2
     assert connections.at_once == 2, "it opens no more at once than the daemon took"
     assert daemon.refused <= 4, "refused only while it found the cap"
+    assert connections.status() == {HELD_BACK_KEY: {"rsync://far/m": {"at_once": 2, "most": 4}}}
 
 
 async def test_a_refusal_with_none_of_its_own_calls_open_is_the_callers_an_outage() -> None:
@@ -68,6 +70,7 @@ async def test_it_tries_one_more_at_once_after_enough_calls_went_through_up_to_t
     for _ in range(PROBE_AFTER * 3 * 2):
         await connections.run(["x"])
     assert connections.at_once == 3, "never more than the most"
+    assert connections.status() == {}, "nothing held back to report"
 
 
 async def test_a_waiting_call_that_is_cancelled_leaves_its_room_to_the_next() -> None:
