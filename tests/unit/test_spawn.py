@@ -97,12 +97,17 @@ def _zombie_of_another(pid: int) -> bool:
         return True
 
 
+def descriptors_after_a_first_loop(loop: str = "uvloop") -> set[str]:
+    """The descriptors open once a first event loop has run: libuv opens a pipe for the whole process with its
+    first loop (the lock of its signal handling) and keeps it, so the first run, whichever test it is in this
+    worker, must not count as a leak."""
+    on(loop, lambda: run_to_end(["true"]))
+    return set(os.listdir("/proc/self/fd"))
+
+
 @pytest.mark.parametrize("loop", LOOPS)
 def test_no_descriptor_is_left_open(loop: str) -> None:
-    # libuv opens a pipe for the whole process with its first loop (the lock of its signal handling), and keeps it:
-    # a first run, whichever test it is in this worker, must not count.
-    on(loop, lambda: run_to_end(["true"]))
-    before = set(os.listdir("/proc/self/fd"))
+    before = descriptors_after_a_first_loop(loop)
     for _ in range(20):
         on(loop, lambda: run_to_end(["true"]))
     assert set(os.listdir("/proc/self/fd")) <= before
@@ -126,7 +131,7 @@ def test_a_child_that_cannot_be_watched_is_killed_and_reaped_not_left_running(
             time.sleep(0.01)
         raise OSError(24, "Too many open files")
 
-    before = set(os.listdir("/proc/self/fd"))
+    before = descriptors_after_a_first_loop()
     monkeypatch.setattr(os, "pidfd_open", refused)
     with pytest.raises(OSError, match="Too many open files"):
         uvloop.run(run_to_end(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 600"]))
