@@ -91,11 +91,11 @@ class Connections:
             await asyncio.sleep(self._pause)
 
     def _narrow(self, open_now: int) -> None:
-        if open_now < self.at_once:
+        at_once = max(1, min(self.at_once, open_now))
+        if at_once < self.at_once:
             log.info("the destination refuses more connections; fewer at once", destination=self.destination,
-                     at_once=open_now)
-        self.at_once = max(1, min(self.at_once, open_now))
-        self._through = 0
+                     at_once=at_once, most=self.most)
+        self.at_once, self._through = at_once, 0
 
     def _went_through(self) -> None:
         if self.at_once >= self.most:
