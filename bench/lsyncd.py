@@ -28,7 +28,8 @@ its own (as the program whose files are watched; it holds their bytes before it 
   (for dataq, without "done"), how long writing it took (the writer shares the CPUs with the system), and the
   time the burst's CPU alone needs: the CPU seconds of the system's processes (Redis and the rsync daemon
   included, from ``/proc``) and of the writer, over the CPUs. A system that takes about that long is bound by
-  the CPUs; one that takes longer waits (lsyncd its delay).
+  the CPUs; one that takes longer waits (lsyncd its delay). The notes (``--json``) give each process's CPU
+  seconds and, in brackets, those spent in the kernel, the writer's too.
 
 After each run every file at the destination must be the source's bytes (md5) and nothing else be there, and no
 dataq record may be inactive, active or in flight. Rounds (``--rounds``) rotate which system goes first; the
@@ -228,9 +229,9 @@ async def run_dataq(home: Path, source: Path, destination: str, redis_url: str, 
             stop(process)
 
 
-def tree_cpu(leaders: list[int]) -> dict[str, float]:
-    """CPU seconds (user + system, with reaped children's: rsync clients) of the processes ``leaders`` and every
-    process descended from them, by dataq command (or program) name."""
+def tree_cpu(leaders: list[int], *, kernel: bool = False) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's: rsync clients; with ``kernel``, system only) of the
+    processes ``leaders`` and every process descended from them, by dataq command (or program) name."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     names: dict[int, str] = {}
@@ -246,7 +247,9 @@ def tree_cpu(leaders: list[int]) -> dict[str, float]:
         parents[pid] = int(fields[1])
         names[pid] = next((w for w in words if w in ("run", "push", "pop", "web", "feed")),
                           os.path.basename(words[0]) if words else "?")
-        seconds[pid] = sum(int(value) for value in fields[11:15]) / tick
+        # utime, stime, cutime, cstime: the system's are the second and the fourth.
+        times = [int(value) for value in fields[11:15]]
+        seconds[pid] = (times[1] + times[3] if kernel else sum(times)) / tick
     roots = set(leaders)
     used: dict[str, float] = {}
     for pid, own in seconds.items():
@@ -285,10 +288,12 @@ busy while dataq delivers but idle while lsyncd waits out its delay: that would 
 only. CLOCK_MONOTONIC, which ``time.monotonic`` reads, is one clock for every process of the host."""
 
 
-def write_files(directory: Path, files: dict[str, bytes], rate: float | None) -> tuple[list[float], float]:
+def write_files(directory: Path, files: dict[str, bytes],
+                rate: float | None) -> tuple[list[float], float, float]:
     """Each file written whole and closed, at ``rate`` files/s or as fast as possible, by a process of its own
     that holds every file's bytes before it starts: the close times (monotonic), and the CPU seconds the writer
-    spent (the bench's only child reaped meanwhile: the systems' processes are reaped once they stop)."""
+    spent, all and in the kernel (the bench's only child reaped meanwhile: the systems' processes are reaped once
+    they stop)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.NamedTemporaryFile(dir=directory.parent, prefix=".writer-", delete=False) as blob:
         for data in files.values():
@@ -305,7 +310,7 @@ def write_files(directory: Path, files: dict[str, bytes], rate: float | None) ->
         raise SystemExit(f"the writer failed with exit {writer.returncode}")
     closes: list[float] = json.loads(out)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return closes, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return closes, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, after.ru_stime - before.ru_stime
 
 
 def check_destination(directory: Path, files: dict[str, bytes]) -> None:
@@ -354,8 +359,8 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             await until(warm, READY_TIMEOUT, f"{system.label}'s warm-up file", processes)
             await asyncio.to_thread(subprocess.run, ["sync"], check=True)
             watched = [process.pid for process in processes] + list(shared)
-            cpu_before = tree_cpu(watched)
-            closes, writer_cpu = await asyncio.to_thread(write_files, source, files, rate)
+            cpu_before, kernel_before = tree_cpu(watched), tree_cpu(watched, kernel=True)
+            closes, writer_cpu, writer_kernel = await asyncio.to_thread(write_files, source, files, rate)
 
             async def arrived() -> bool:
                 return arrivals.have(list(files))
@@ -364,8 +369,12 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             settled = await until(lambda: done(len(everything)), RUN_TIMEOUT, f"{system.label}'s records done",
                                   processes) if store is not None else 0.0
             cpu = {name: seconds - cpu_before.get(name, 0.0) for name, seconds in tree_cpu(watched).items()}
-            system.notes.append(f"{run}: CPU s of its processes: "
-                                + ", ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(cpu.items())))
+            kernel = {name: seconds - kernel_before.get(name, 0.0)
+                      for name, seconds in tree_cpu(watched, kernel=True).items()}
+            system.notes.append(f"{run}: CPU s of its processes (of which in the kernel): "
+                                + ", ".join(f"{name} {seconds:.2f} ({kernel.get(name, 0.0):.2f})"
+                                            for name, seconds in sorted(cpu.items()))
+                                + f"; the writer {writer_cpu:.2f} ({writer_kernel:.2f})")
             if store is not None:
                 summary = await store.summary()
                 if summary.inactive or summary.active or summary.in_flight or summary.delayed:
