@@ -74,19 +74,23 @@ class Connections:
             try:
                 completed = await self._run(argv)
             except BaseException:
+                # Cancelled, its rsync killed: the daemon's side of it may still hold its room a moment.
                 self._open -= 1
+                self._ended_at = asyncio.get_running_loop().time()
                 self._wake()
                 raise
             self._open -= 1
             now = asyncio.get_running_loop().time()
-            refused = refused_at_cap(completed) and (self._open > 0 or now - self._ended_at < LINGER)
-            if refused:
+            at_cap = refused_at_cap(completed)
+            ours = at_cap and (self._open > 0 or now - self._ended_at < LINGER)
+            if ours:
                 self._narrow(self._open)
-            else:
+            elif not at_cap:
+                # A call the daemon took (whatever came of it); a refusal handed back as an outage held no room.
                 self._ended_at = now
                 self._went_through()
             self._wake()
-            if not refused:
+            if not ours:
                 return completed
             await asyncio.sleep(self._pause)
 

@@ -4,6 +4,7 @@ only when none of the action's own calls fills it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -53,9 +54,56 @@ async def test_a_refusal_with_none_of_its_own_calls_open_is_the_callers_an_outag
     daemon = Daemon(cap=1)
     daemon.foreign = 1  # another client holds the only room
     connections = Connections("rsync://far/m", 4, daemon.run, pause=0.001)
-    result = await connections.run(["alone"])
-    assert result.status == 5 and refused_at_cap(result)
-    assert daemon.calls == 1
+    for attempt in (1, 2):  # a refusal handed back held no room: the next one is no more the action's own doing
+        result = await connections.run(["alone"])
+        assert result.status == 5 and refused_at_cap(result)
+        assert daemon.calls == attempt
+
+
+class Held:
+    """A daemon of one room whose ``long`` call lasts until :attr:`release` is set; ``on_return``, if given, is
+    scheduled as that call returns (before the call waiting for its room can run)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.on_return: Callable[[], object] | None = None
+
+    async def run(self, argv: list[str]) -> Completed:
+        if argv == ["long"]:
+            await self.release.wait()
+            if self.on_return is not None:
+                asyncio.get_running_loop().call_soon(self.on_return)
+        return Completed(0, argv[0], "")
+
+
+async def room_held(daemon: Held) -> tuple[Connections, asyncio.Task[Completed]]:
+    """Connections of one room, and the ``long`` call holding it."""
+    connections = Connections("rsync://far/m", 1, daemon.run)
+    running = asyncio.create_task(connections.run(["long"]))
+    await asyncio.sleep(0.01)
+    return connections, running
+
+
+async def test_cancelling_the_running_call_gives_its_room_to_the_waiting_one() -> None:
+    connections, running = await room_held(Held())
+    waiting = asyncio.create_task(connections.run(["next"]))
+    await asyncio.sleep(0.01)
+    running.cancel()
+    assert (await asyncio.wait_for(waiting, 2)).stdout == "next"
+
+
+async def test_a_call_given_the_room_and_cancelled_before_it_runs_passes_the_room_on() -> None:
+    daemon = Held()
+    connections, running = await room_held(daemon)
+    second = asyncio.create_task(connections.run(["second"]))
+    third = asyncio.create_task(connections.run(["third"]))
+    await asyncio.sleep(0.01)
+    daemon.on_return = second.cancel  # runs after "long" gives its room to "second", before "second" takes it
+    daemon.release.set()
+    assert (await running).stdout == "long"
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert (await asyncio.wait_for(third, 2)).stdout == "third"
 
 
 async def test_it_tries_one_more_at_once_after_enough_calls_went_through_up_to_the_most() -> None:
