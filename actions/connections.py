@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections import deque
 
 from dataq.logs import get_logger
@@ -35,12 +34,6 @@ LINGER = 1.0
 """Seconds after one of the action's calls ended during which a refusal still counts as the action's own doing: the
 daemon's process of that connection frees its room (a lock in its lock file) only as it exits, after the client
 has seen the end (measured: a call alone, just after another ended, refused)."""
-_AT_CAP = re.compile(r"^@ERROR: max connections \(\d+\) reached", re.MULTILINE)
-
-
-def refused_at_cap(completed: Completed) -> bool:
-    """Whether an rsync daemon refused this call for being at its ``max connections``."""
-    return completed.status != 0 and _AT_CAP.search(completed.stderr) is not None
 
 
 class Connections:
@@ -81,7 +74,7 @@ class Connections:
                 raise
             self._open -= 1
             now = asyncio.get_running_loop().time()
-            at_cap = refused_at_cap(completed)
+            at_cap = completed.at_cap
             ours = at_cap and (self._open > 0 or now - self._ended_at < LINGER)
             if ours:
                 self._narrow(self._open)

@@ -63,6 +63,8 @@ _MKPATH_RACE = re.compile(r'mkdir "[^"\n]*" (?:\(in [^)\n]*\) )?failed: File exi
 """What rsync says when its ``--mkpath`` lost a race: two rsyncs making the same missing directory at once (two
 batches to a new destination), the one that finds it made by the other fails (exit status 11) instead of using
 it. The directory is there then, so the send is run again, once."""
+_AT_CAP = re.compile(r"^@ERROR: max connections \(\d+\) reached", re.MULTILINE)
+"""How an rsync daemon refuses a connection past a module's ``max connections``."""
 _ESCAPED = re.compile(rb"\\#([0-7]{3})")
 """rsync prints a byte of a name it cannot show (a control character, non-ASCII) as ``\\#ooo``."""
 
@@ -105,6 +107,12 @@ class Completed:
         said = self.about(name)
         return f"{what} failed with exit status {self.status}{f' ({meaning})' if meaning else ''}" \
                f"{f': {said}' if said else ''}"
+
+    @property
+    def at_cap(self) -> bool:
+        """Whether an rsync daemon refused this call for being at its ``max connections`` (its own words, not a
+        file name holding them)."""
+        return self.status != 0 and _AT_CAP.search(self.stderr) is not None
 
     @property
     def unreachable(self) -> bool:
@@ -203,7 +211,7 @@ def write_list(path: str, names: Sequence[str]) -> None:
 
 
 async def send(base: list[str], tree: str, listing: str, destination: str, *, mkpath: bool,
-               ignore_times: bool, run: RunCommand | None = None) -> tuple[set[str], Completed]:
+               ignore_times: bool, run: RunCommand = run_command) -> tuple[set[str], Completed]:
     """Transfer the files ``listing`` names from ``tree`` (a tree of symlinks, or the sources' own directory) to
     ``destination``, each to its path there; the names of the files it transferred, and how it ended. Without
     ``ignore_times``, a file that is there with the same size and time is not transferred.
@@ -214,7 +222,6 @@ async def send(base: list[str], tree: str, listing: str, destination: str, *, mk
     argv = [*base[:1], "--copy-links", "--times", *(["--mkpath"] if mkpath else []),
             *(["--ignore-times"] if ignore_times else []), f"--files-from={listing}", "--from0",
             f"--out-format={SENT_MARK} %i %n", *base[1:], "--", f"{tree.rstrip('/')}/", join(destination, "")]
-    run = run or run_command
     result = await run(argv)
     if mkpath and result.status == 11 and _MKPATH_RACE.search(result.stderr):
         result = await run(argv)
@@ -241,14 +248,14 @@ def remote_algorithm(algorithm: str) -> str:
 
 async def remote_digests(base: list[str], listing: str, destination: str, scratch: str,
                          algorithm: str = DEFAULT_ALGORITHM, *,
-                         run: RunCommand | None = None) -> tuple[dict[str, str], Completed]:
+                         run: RunCommand = run_command) -> tuple[dict[str, str], Completed]:
     """The digest (``algorithm``: one of :data:`REMOTE_ALGORITHMS`) of each file ``listing`` names that
     ``destination`` holds, read there (a dry-run fetch into the empty directory ``scratch``); a file it does not
     hold is missing from the result."""
     argv = [*base[:1], "--dry-run", "--checksum", f"--checksum-choice={algorithm}", f"--files-from={listing}",
             "--from0",
             f"--out-format={VERIFY_MARK} %C %n", *base[1:], "--", join(destination, ""), f"{scratch.rstrip('/')}/"]
-    result = await (run or run_command)(argv)
+    result = await run(argv)
     found: dict[str, str] = {}
     for line in _marked(result.stdout, VERIFY_MARK):
         if not line.endswith("/"):  # directories have no checksum

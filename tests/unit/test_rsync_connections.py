@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dataq.actions.connections import PROBE_AFTER, Connections, refused_at_cap
+from dataq.actions.connections import PROBE_AFTER, Connections
 from dataq.actions.rsync import Completed
 from dataq.ops.documents import HELD_BACK_KEY
 
@@ -56,7 +56,7 @@ async def test_a_refusal_with_none_of_its_own_calls_open_is_the_callers_an_outag
     connections = Connections("rsync://far/m", 4, daemon.run, pause=0.001)
     for attempt in (1, 2):  # a refusal handed back held no room: the next one is no more the action's own doing
         result = await connections.run(["alone"])
-        assert result.status == 5 and refused_at_cap(result)
+        assert result.status == 5 and result.at_cap
         assert daemon.calls == attempt
 
 
@@ -154,4 +154,4 @@ async def test_a_cancelled_call_frees_its_room() -> None:
     (0, "", False),
 ])
 def test_only_the_daemons_own_refusal_counts_as_being_at_its_cap(status: int, stderr: str, refused: bool) -> None:
-    assert refused_at_cap(Completed(status, "", stderr)) is refused
+    assert Completed(status, "", stderr).at_cap is refused
