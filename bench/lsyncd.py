@@ -229,13 +229,13 @@ async def run_dataq(home: Path, source: Path, destination: str, redis_url: str, 
             stop(process)
 
 
-def tree_cpu(leaders: list[int], *, kernel: bool = False) -> dict[str, float]:
-    """CPU seconds (user + system, with reaped children's: rsync clients; with ``kernel``, system only) of the
+def tree_times(leaders: list[int]) -> dict[str, tuple[float, float]]:
+    """CPU seconds, all (user + system) and in the kernel (system), with reaped children's (rsync clients), of the
     processes ``leaders`` and every process descended from them, by dataq command (or program) name."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     names: dict[int, str] = {}
-    seconds: dict[int, float] = {}
+    seconds: dict[int, tuple[float, float]] = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             text = Path(f"/proc/{entry}/stat").read_text()
@@ -247,18 +247,23 @@ def tree_cpu(leaders: list[int], *, kernel: bool = False) -> dict[str, float]:
         parents[pid] = int(fields[1])
         names[pid] = next((w for w in words if w in ("run", "push", "pop", "web", "feed")),
                           os.path.basename(words[0]) if words else "?")
-        # utime, stime, cutime, cstime: the system's are the second and the fourth.
-        times = [int(value) for value in fields[11:15]]
-        seconds[pid] = (times[1] + times[3] if kernel else sum(times)) / tick
+        utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+        seconds[pid] = ((utime + stime + cutime + cstime) / tick, (stime + cstime) / tick)
     roots = set(leaders)
-    used: dict[str, float] = {}
-    for pid, own in seconds.items():
+    used: dict[str, tuple[float, float]] = {}
+    for pid, (total, kernel) in seconds.items():
         ancestor = pid
         while ancestor not in roots and ancestor > 1:
             ancestor = parents.get(ancestor, 0)
         if ancestor in roots:
-            used[names[pid]] = used.get(names[pid], 0.0) + own
+            was_total, was_kernel = used.get(names[pid], (0.0, 0.0))
+            used[names[pid]] = (was_total + total, was_kernel + kernel)
     return used
+
+
+def tree_cpu(leaders: list[int]) -> dict[str, float]:
+    """:func:`tree_times`, all CPU seconds only."""
+    return {name: total for name, (total, _) in tree_times(leaders).items()}
 
 
 WRITER = """
@@ -359,7 +364,7 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             await until(warm, READY_TIMEOUT, f"{system.label}'s warm-up file", processes)
             await asyncio.to_thread(subprocess.run, ["sync"], check=True)
             watched = [process.pid for process in processes] + list(shared)
-            cpu_before, kernel_before = tree_cpu(watched), tree_cpu(watched, kernel=True)
+            before = tree_times(watched)
             closes, writer_cpu, writer_kernel = await asyncio.to_thread(write_files, source, files, rate)
 
             async def arrived() -> bool:
@@ -368,9 +373,9 @@ async def one_run(system: System, workload: str, count: int, work: Path, rsyncd:
             await until(arrived, RUN_TIMEOUT, f"{system.label}'s {workload} files to arrive", processes)
             settled = await until(lambda: done(len(everything)), RUN_TIMEOUT, f"{system.label}'s records done",
                                   processes) if store is not None else 0.0
-            cpu = {name: seconds - cpu_before.get(name, 0.0) for name, seconds in tree_cpu(watched).items()}
-            kernel = {name: seconds - kernel_before.get(name, 0.0)
-                      for name, seconds in tree_cpu(watched, kernel=True).items()}
+            after = tree_times(watched)
+            cpu = {name: total - before.get(name, (0.0, 0.0))[0] for name, (total, _) in after.items()}
+            kernel = {name: seconds - before.get(name, (0.0, 0.0))[1] for name, (_, seconds) in after.items()}
             system.notes.append(f"{run}: CPU s of its processes (of which in the kernel): "
                                 + ", ".join(f"{name} {seconds:.2f} ({kernel.get(name, 0.0):.2f})"
                                             for name, seconds in sorted(cpu.items()))
