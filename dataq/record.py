@@ -61,6 +61,8 @@ _COMMON_LINE_TEXT = re.compile(_COMMON_LINE)
 _COMMON_LINE_BYTES = re.compile(_COMMON_LINE.encode())
 """A text-form line of printable ASCII fields joined by single spaces: absolute path of at most MAX_PATH_LENGTH
 characters, an id free of whitespace and control characters, a size of digits."""
+_WHITESPACE = re.compile(r"\s")
+"""Whitespace as ``str.isspace`` has it (Unicode's): a path holding any is sent in the JSON form."""
 _CLEAN_ID = re.compile(r"[^\s\x00-\x1f\x7f]+")
 """Ids never hold whitespace or control characters, whatever the configured pattern: they are list entries,
 words of the wire's text form, and must never collide with the range scripts' tombstone."""
@@ -299,7 +301,7 @@ def format_line(record: Record, *, with_identity: bool = False) -> str:
     if with_identity and record.identity is not None and record.algorithm is not None:
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
                            ALGORITHM_KEY: record.algorithm, IDENTITY_KEY: list(record.identity)})
-    if any(ch.isspace() for ch in record.path):
+    if _WHITESPACE.search(record.path) is not None:  # a scan, not a Python step per character
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
     return f"{record.path} {record.checksum} {record.size}"
 
