@@ -10,6 +10,8 @@ caller that gave up nor stop a batch whose callers all did.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -38,6 +40,11 @@ class MicroBatcher(Generic[T, R]):
     lanes of fixed, uneven sizes (measured: 16, 38, 80 of 100, cycling). With nothing being handled a due batch
     is cut at once, so a lone item waits for nothing.
 
+    With ``stream_age``, a batch whose first item comes less than ``stream_age`` seconds after the previous batch
+    was cut gathers for ``stream_age`` instead of ``age``: items then stream (a burst), and a batch of many costs
+    the handler's call once where batches of one or two each cost it. An item of a trickle slower than that, or
+    one that comes alone, waits only ``age``.
+
     ``handle`` returns one result per item, in order; if it raises, every caller of that batch gets the exception.
     A caller cancelled before its batch is handled leaves the batch; once every caller of a running batch has
     left (their timeouts, a shutdown), the handler is cancelled too.
@@ -45,8 +52,11 @@ class MicroBatcher(Generic[T, R]):
 
     def __init__(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]], *, size: int, age: float,
                  in_flight: int = 2, weight: Callable[[T], int] | None = None, max_weight: int | None = None,
-                 patience: float = 0.0) -> None:
+                 patience: float = 0.0, stream_age: float = 0.0) -> None:
         self._handle, self.size, self.age, self.patience = handle, size, age, patience
+        self.stream_age = max(age, stream_age)
+        self._last_cut = -math.inf
+        """When (monotonic) the last batch with items was cut."""
         self._weight, self._max_weight = weight, max_weight
         self._pending: _Batch[T, R] = _Batch([])
         self._timer: asyncio.TimerHandle | None = None
@@ -75,7 +85,8 @@ class MicroBatcher(Generic[T, R]):
         if len(pending.entries) >= self.size or full:
             self.flush()
         elif self._timer is None and not self._due:
-            self._timer = asyncio.get_running_loop().call_later(self.age, self._aged)
+            streaming = time.monotonic() - self._last_cut < self.stream_age
+            self._timer = asyncio.get_running_loop().call_later(self.stream_age if streaming else self.age, self._aged)
         try:
             return await future  # cancelling the caller cancels the future: its batch skips it
         finally:
@@ -114,6 +125,7 @@ class MicroBatcher(Generic[T, R]):
                 future.cancel()  # as a caller of a running batch is when close() gives up
             return
         if batch.entries:
+            self._last_cut = time.monotonic()
             batch.task = asyncio.create_task(self._run(batch), name="micro-batch")
             self._running.add(batch)
             batch.task.add_done_callback(lambda _: self._ended(batch))

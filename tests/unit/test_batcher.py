@@ -244,3 +244,33 @@ async def test_once_close_gives_up_no_batch_starts_and_waiting_callers_are_cance
     late = asyncio.create_task(batcher.submit(3))
     await asyncio.sleep(0.01)
     assert late.cancelled() and handler.batches == [[1]]
+
+
+async def test_an_item_that_comes_while_items_stream_gathers_for_stream_age() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.0, stream_age=NEVER)
+    assert await batcher.submit(1) == 10, "the first item comes alone: it waits only age"
+    second = asyncio.create_task(batcher.submit(2))
+    await settle()
+    third = asyncio.create_task(batcher.submit(3))
+    await settle()
+    assert handler.batches == [[1]]
+    assert batcher.cut_at is not None and batcher.cut_at > asyncio.get_running_loop().time() + NEVER / 2, \
+        "it came right after a cut: it gathers the others of the stream"
+    batcher.flush()
+    assert await asyncio.gather(second, third) == [20, 30]
+    assert handler.batches == [[1], [2, 3]]
+
+
+async def test_an_item_that_comes_after_a_pause_longer_than_stream_age_waits_only_age() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.05, stream_age=0.3)
+    loop = asyncio.get_running_loop()
+    assert await batcher.submit(1) == 10
+    await asyncio.sleep(0.5)
+    before = loop.time()
+    second = asyncio.create_task(batcher.submit(2))
+    await settle()
+    assert batcher.cut_at is not None and batcher.cut_at - before < 0.3
+    assert await second == 20
+    assert handler.batches == [[1], [2]]
