@@ -137,6 +137,17 @@ def test_level_filters_lower_events(tmp_path: Path) -> None:
     assert [line["event"] for line in json_lines((tmp_path / "push.log").read_text())] == ["shown"]
 
 
+def test_debug_events_follow_the_level_current_when_they_are_logged(tmp_path: Path) -> None:
+    log = get_logger(worker="w1")
+    configure_logging(component="pop", level="info", log_dir=tmp_path, fmt="json")
+    log.debug("hidden", id="a")
+    configure_logging(component="pop", level="debug", log_dir=tmp_path, fmt="json")
+    log.debug("shown", id="b")
+    [line] = json_lines((tmp_path / "pop.log").read_text())
+    assert (line["event"], line["id"], line["worker"]) == ("shown", "b", "w1")
+    assert line["logger"] == __name__, "a logger is named for the module that made it"
+
+
 def test_an_unusable_log_dir_warns_on_stderr_and_keeps_the_console(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
