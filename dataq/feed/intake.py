@@ -1,13 +1,14 @@
 """Intake: from complete files (or ready records) to records kept in the spool.
 
-A small watched file is looked at and checksummed on the event loop itself, a few milliseconds' worth at a time
-(the rest of a batch goes to a pool of threads); a larger one on threads of its own (hashlib releases the GIL, so
-several files hash at once), in large blocks. Threads would cost a burst of small files more than their hashing:
-every read, stat and hash releases the GIL, and with the event loop busy each release was a hand-over between
-threads (some 70 futex calls a file). Its (path, size, mtime, inode) is asked of the spool first: a version of a
-file already taken in is neither hashed nor sent again, across restarts too. A file that changes while it is hashed
-is dropped for now (its writer's close, or the next scan, brings it back); one that vanishes is dropped with a
-warning. A file that had settled before it was read sends its identity with its record
+Files are looked at in batches: one that comes alone 3 ms after it was seen, those of a burst together once it
+pauses (:data:`EXAMINE_STREAM_GAP`). A small watched file is looked at and checksummed on the event loop itself, a
+few milliseconds' worth at a time (the rest of a batch goes to a pool of threads); a larger one on threads of its
+own (hashlib releases the GIL, so several files hash at once), in large blocks. Threads would cost a burst of small
+files more than their hashing: every read, stat and hash releases the GIL, and with the event loop busy each release
+was a hand-over between threads (some 70 futex calls a file). Its (path, size, mtime, inode) is asked of the spool
+first: a version of a file already taken in is neither hashed nor sent again, across restarts too. A file that
+changes while it is hashed is dropped for now (its writer's close, or the next scan, brings it back); one that
+vanishes is dropped with a warning. A file that had settled before it was read sends its identity with its record
 (:mod:`dataq.file_identity`), so that the actions need not read it again to prove the checksum. Records reach the
 spool in batches, one fsynced transaction each, and then wake the forwarder.
 
@@ -42,11 +43,14 @@ EXAMINE_BATCH = 64
 """Files looked at together at most (on the event loop, or in one trip to a checksum thread)."""
 EXAMINE_AGE = 0.003
 """Seconds a file that comes alone (or in a trickle) waits for others to be looked at with it."""
-EXAMINE_STREAM_AGE = 0.05
-"""Seconds a file waits for others while files stream in (it came within this long of the last batch): the files
-of a burst then go on in batches of tens (one spool transaction, one wake of the forwarder, one write to the push
-daemon, one claim of the pop daemon each), not of two or three. Measured (``bench/lsyncd.py``, a burst of 1,000):
-the feeder's, push daemon's and Redis's CPU seconds fell by a third to a half."""
+EXAMINE_STREAM_GAP = 0.02
+"""Files closer together than this (50 files a second or more) stream in: a batch of them gathers until they pause
+for this long, :data:`EXAMINE_STREAM_AGE` at most. The files of a burst then go on in batches of tens (one spool
+transaction, one wake of the forwarder, one write to the push daemon, one claim of the pop daemon each), not of
+two or three; a trickle's files wait only :data:`EXAMINE_AGE`."""
+EXAMINE_STREAM_AGE = 0.2
+"""Seconds at most a file of a stream waits for others (measured, ``bench/lsyncd.py``, a burst of 1,000: the
+feeder's, push daemon's and Redis's CPU seconds fell by half or more against batches cut after 3 ms)."""
 INLINE_BYTES = 1 << 20
 """Files smaller than this are looked at on the event loop (1 MiB: about 2 ms of md5); larger ones on threads."""
 INLINE_BUDGET = 0.005
@@ -122,7 +126,7 @@ class Intake:
             return outcomes
 
         self._examiner = MicroBatcher(examine, size=EXAMINE_BATCH, age=EXAMINE_AGE, in_flight=self.workers,
-                                      stream_age=EXAMINE_STREAM_AGE)
+                                      stream_gap=EXAMINE_STREAM_GAP, stream_age=EXAMINE_STREAM_AGE)
         large_files = self._large_files = ThreadPoolExecutor(self.workers, thread_name_prefix="dataq-checksum-large")
         slots = asyncio.Semaphore(self.workers * FILES_PER_WORKER)
         jobs: set[asyncio.Task[None]] = set()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -40,10 +39,11 @@ class MicroBatcher(Generic[T, R]):
     lanes of fixed, uneven sizes (measured: 16, 38, 80 of 100, cycling). With nothing being handled a due batch
     is cut at once, so a lone item waits for nothing.
 
-    With ``stream_age``, a batch whose first item comes less than ``stream_age`` seconds after the previous batch
-    was cut gathers for ``stream_age`` instead of ``age``: items then stream (a burst), and a batch of many costs
-    the handler's call once where batches of one or two each cost it. An item of a trickle slower than that, or
-    one that comes alone, waits only ``age``.
+    With ``stream_gap``, items that come less than ``stream_gap`` seconds after the item before them stream (a
+    burst): a batch whose first item streams gathers for as long as they go on coming so, ``stream_age`` seconds
+    at most, instead of ``age``, and is cut once ``stream_gap`` passes without an item. A batch of many then
+    costs the handler's call once where batches of one or two each cost it; an item that comes alone, or in a
+    trickle slower than one per ``stream_gap``, waits only ``age``.
 
     ``handle`` returns one result per item, in order; if it raises, every caller of that batch gets the exception.
     A caller cancelled before its batch is handled leaves the batch; once every caller of a running batch has
@@ -52,11 +52,13 @@ class MicroBatcher(Generic[T, R]):
 
     def __init__(self, handle: Callable[[list[T]], Awaitable[Sequence[R]]], *, size: int, age: float,
                  in_flight: int = 2, weight: Callable[[T], int] | None = None, max_weight: int | None = None,
-                 patience: float = 0.0, stream_age: float = 0.0) -> None:
+                 patience: float = 0.0, stream_gap: float = 0.0, stream_age: float = 0.0) -> None:
         self._handle, self.size, self.age, self.patience = handle, size, age, patience
-        self.stream_age = max(age, stream_age)
-        self._last_cut = -math.inf
-        """When (monotonic) the last batch with items was cut."""
+        self.stream_gap, self.stream_age = stream_gap, max(age, stream_age)
+        self._last_item = -math.inf
+        """When (event-loop time) the last item came."""
+        self._stream_end: float | None = None
+        """When (event-loop time) the pending batch, gathering a stream, is cut at the latest; None: it is not."""
         self._weight, self._max_weight = weight, max_weight
         self._pending: _Batch[T, R] = _Batch([])
         self._timer: asyncio.TimerHandle | None = None
@@ -77,6 +79,8 @@ class MicroBatcher(Generic[T, R]):
 
     async def submit(self, item: T) -> R:
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        now = future.get_loop().time()
+        streaming, self._last_item = now - self._last_item < self.stream_gap, now
         pending = self._pending
         pending.entries.append((item, future))
         if self._weight is not None:
@@ -85,8 +89,12 @@ class MicroBatcher(Generic[T, R]):
         if len(pending.entries) >= self.size or full:
             self.flush()
         elif self._timer is None and not self._due:
-            streaming = time.monotonic() - self._last_cut < self.stream_age
-            self._timer = asyncio.get_running_loop().call_later(self.stream_age if streaming else self.age, self._aged)
+            loop = asyncio.get_running_loop()
+            if streaming:
+                self._stream_end = now + self.stream_age
+                self._timer = loop.call_at(min(now + self.stream_gap, self._stream_end), self._aged)
+            else:
+                self._timer = loop.call_later(self.age, self._aged)
         try:
             return await future  # cancelling the caller cancels the future: its batch skips it
         finally:
@@ -94,6 +102,14 @@ class MicroBatcher(Generic[T, R]):
                 self._left(future)
 
     def _aged(self) -> None:
+        if self._stream_end is not None:
+            # The stream went on: gather until it pauses (an item's gap comes later than the timer knew).
+            loop = asyncio.get_running_loop()
+            cut = min(self._last_item + self.stream_gap, self._stream_end)
+            if cut > loop.time():
+                self._timer = loop.call_at(cut, self._aged)
+                return
+            self._stream_end = None
         self._due = True
         self._timer = None
         if self._running and self.patience > 0:
@@ -119,13 +135,13 @@ class MicroBatcher(Generic[T, R]):
             self._timer.cancel()
             self._timer = None
         self._due = False
+        self._stream_end = None
         batch, self._pending = self._pending, _Batch([])
         if self._closed:
             for _, future in batch.entries:
                 future.cancel()  # as a caller of a running batch is when close() gives up
             return
         if batch.entries:
-            self._last_cut = time.monotonic()
             batch.task = asyncio.create_task(self._run(batch), name="micro-batch")
             self._running.add(batch)
             batch.task.add_done_callback(lambda _: self._ended(batch))

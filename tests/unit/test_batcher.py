@@ -246,9 +246,9 @@ async def test_once_close_gives_up_no_batch_starts_and_waiting_callers_are_cance
     assert late.cancelled() and handler.batches == [[1]]
 
 
-async def test_an_item_that_comes_while_items_stream_gathers_for_stream_age() -> None:
+async def test_an_item_that_comes_while_items_stream_gathers_the_stream() -> None:
     handler = Recorder()
-    batcher = MicroBatcher(handler, size=100, age=0.0, stream_age=NEVER)
+    batcher = MicroBatcher(handler, size=100, age=0.0, stream_gap=NEVER, stream_age=NEVER)
     assert await batcher.submit(1) == 10, "the first item comes alone: it waits only age"
     second = asyncio.create_task(batcher.submit(2))
     await settle()
@@ -256,15 +256,40 @@ async def test_an_item_that_comes_while_items_stream_gathers_for_stream_age() ->
     await settle()
     assert handler.batches == [[1]]
     assert batcher.cut_at is not None and batcher.cut_at > asyncio.get_running_loop().time() + NEVER / 2, \
-        "it came right after a cut: it gathers the others of the stream"
+        "it came right after another: it gathers the others of the stream"
     batcher.flush()
     assert await asyncio.gather(second, third) == [20, 30]
     assert handler.batches == [[1], [2, 3]]
 
 
-async def test_an_item_that_comes_after_a_pause_longer_than_stream_age_waits_only_age() -> None:
+async def test_a_batch_gathering_a_stream_is_cut_once_the_stream_pauses() -> None:
     handler = Recorder()
-    batcher = MicroBatcher(handler, size=100, age=0.05, stream_age=0.3)
+    batcher = MicroBatcher(handler, size=100, age=0.0, stream_gap=2.0, stream_age=NEVER)
+    assert await batcher.submit(1) == 10
+    second = asyncio.create_task(batcher.submit(2))
+    await asyncio.sleep(0.3)
+    third = asyncio.create_task(batcher.submit(3))  # within the gap: the batch goes on gathering
+    await asyncio.sleep(0.3)
+    assert handler.batches == [[1]]
+    assert await asyncio.wait_for(asyncio.gather(second, third), 30) == [20, 30]
+    assert handler.batches == [[1], [2, 3]], "cut a gap after its last item, long before stream_age"
+
+
+async def test_a_stream_that_goes_on_is_cut_at_stream_age() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.0, stream_gap=NEVER, stream_age=0.3)
+    assert await batcher.submit(1) == 10
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    second = asyncio.create_task(batcher.submit(2))
+    await settle()
+    assert batcher.cut_at is not None and before + 0.3 <= batcher.cut_at < before + NEVER / 2
+    assert await asyncio.wait_for(second, 30) == 20
+
+
+async def test_an_item_that_comes_after_a_pause_longer_than_stream_gap_waits_only_age() -> None:
+    handler = Recorder()
+    batcher = MicroBatcher(handler, size=100, age=0.05, stream_gap=0.3, stream_age=NEVER)
     loop = asyncio.get_running_loop()
     assert await batcher.submit(1) == 10
     await asyncio.sleep(0.5)
