@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 from typing import Any
 
@@ -41,3 +42,14 @@ def test_the_daemon_returns_what_its_main_coroutine_returns_and_raises_what_it_r
     assert loop.run_daemon(answer()) == 42
     with pytest.raises(ValueError, match="boom"):
         loop.run_daemon(broken())
+
+
+def test_a_daemon_runs_with_start_up_frozen_and_young_objects_collected_less_often() -> None:
+    async def collector() -> tuple[int, int]:
+        return gc.get_freeze_count(), gc.get_threshold()[0]
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    frozen, young = loop.run_daemon(collector())
+    assert frozen > 0, "what start-up made is left out of the collector's scans"
+    assert young == loop.YOUNG_COLLECTION_AFTER
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before, "the process's collector is as it was after"
