@@ -79,8 +79,10 @@ class MicroBatcher(Generic[T, R]):
 
     async def submit(self, item: T) -> R:
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        now = future.get_loop().time()
-        streaming, self._last_item = now - self._last_item < self.stream_gap, now
+        streaming = False
+        if self.stream_gap:  # the clock is read only by a batcher that looks for streams
+            now = future.get_loop().time()
+            streaming, self._last_item = now - self._last_item < self.stream_gap, now
         pending = self._pending
         pending.entries.append((item, future))
         if self._weight is not None:
