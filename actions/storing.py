@@ -50,6 +50,11 @@ TEMP_TOKEN_BYTES = 4
 """Random bytes in a temporary name, so two attempts at one target never share a file."""
 TEMP_NAME_KEEP = 100
 """Characters of the final name kept in a temporary name (a name may be 255 bytes; NAME_MAX must hold)."""
+READ_TOGETHER_BYTES = CHUNK_BYTES
+"""Copies this small are asked back from the disk together before they are read back (``POSIX_FADV_WILLNEED``):
+each is one read, which the kernel's readahead cannot start early, so the read-back's threads waited on the disk
+one read at a time each (measured on 1,000 copies of 20 KB: 0.30-0.37 s, against 0.18-0.26 s asked together).
+A larger file is read in order, and readahead keeps ahead of that."""
 # A storage that went away or is full: an outage of the destination (an operator mounts or frees it), not a
 # fault of the record, so such failures are Retryable and do not count toward max_errors.
 _STORAGE_OUTAGES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ESTALE, errno.ENOTCONN, errno.EROFS,
@@ -142,16 +147,30 @@ def _copy_into(copy: _Copy, algorithm: str, abort: threading.Event | None, trust
     copy.written = digests[IDENTITY_ALGORITHM].hexdigest()
 
 
+def _read_from_disk(copies: Sequence[_Copy]) -> None:
+    """Drop the cached pages of durable copies (clean since the sync), so that reading them back reads what the
+    disk holds, not our own buffers; then ask the disk for the small ones all at once (advice only: a filesystem
+    may ignore it, and a copy that cannot be opened here fails its read-back)."""
+    for copy in copies:
+        try:
+            fd = os.open(copy.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=copy.dir_fd)
+        except OSError:
+            continue
+        try:
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                if copy.record.size <= READ_TOGETHER_BYTES:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+
 def _verify_copy(copy: _Copy, abort: threading.Event | None) -> None:
-    """Read the durable copy back from the disk: it must hold the bytes copied (the identity hash says so; the
-    record's checksum, or the source's identity unchanged since its feeder hashed it, vouched for those bytes as
-    they were read)."""
+    """Read the durable copy back from the disk (:func:`_read_from_disk` dropped its cached pages): it must hold
+    the bytes copied (the identity hash says so; the record's checksum, or the source's identity unchanged since
+    its feeder hashed it, vouched for those bytes as they were read)."""
     fd = os.open(copy.temp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=copy.dir_fd)
     try:
-        # Drop the cached pages (clean since the sync) so what is read is what the disk holds, not our own
-        # buffers (advice only: a filesystem may ignore it).
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         digest, size = hash_fd(fd, IDENTITY_ALGORITHM, abort)
     finally:
         os.close(fd)
@@ -315,6 +334,8 @@ def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorith
                       for index, (record, relative) in enumerate(items)])
         written = [copy for copy in batch.copies if copy.index not in batch.outcomes]
         batch.make_durable(written, names=False)
+        if verify:
+            _read_from_disk([copy for copy in written if copy.index not in batch.outcomes])
         _in_parallel([partial(_attempt, batch.outcomes, copy.index, batch.finish, copy, verify)
                       for copy in written if copy.index not in batch.outcomes])
         batch.make_durable([copy for copy in written if isinstance(batch.outcomes[copy.index], Stored)], names=True)

@@ -109,6 +109,33 @@ async def test_copy_that_reads_back_wrong_is_never_published(root: Path, source:
     assert stored_files(root) == []
 
 
+def test_a_batch_asks_the_disk_for_its_small_copies_together_before_reading_any_back(
+        root: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A small copy is one read, which no readahead starts early: asked for one by one, the disk idles between them.
+    small = [make_file(source, f"small-{n}.fits", DATA + bytes([n])) for n in range(5)]
+    large = make_file(source, "large.fits", os.urandom(storing.READ_TOGETHER_BYTES + 1))
+    events: list[tuple[str, int, int]] = []
+    real_fadvise, real_hash_fd = os.posix_fadvise, storing.hash_fd
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        events.append(("advice", os.fstat(fd).st_size, advice))
+        real_fadvise(fd, offset, length, advice)
+
+    def read_back(fd: int, algorithm: str, abort: threading.Event | None = None) -> tuple[str, int]:
+        events.append(("read", os.fstat(fd).st_size, 0))
+        return real_hash_fd(fd, algorithm, abort)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    monkeypatch.setattr(storing, "hash_fd", read_back)
+    outcomes = storing.store_batch_sync([(record, f"{n}.fits") for n, record in enumerate([*small, large])], str(root))
+    assert all(isinstance(outcome, storing.Stored) for outcome in outcomes)
+    first_read = events.index(next(event for event in events if event[0] == "read"))
+    assert sorted(events[:first_read]) == sorted(
+        [("advice", record.size, os.POSIX_FADV_DONTNEED) for record in [*small, large]]
+        + [("advice", record.size, os.POSIX_FADV_WILLNEED) for record in small])
+    assert len(events) - first_read == 6, "every copy is read back, after all the advice"
+
+
 # --- idempotence and source removal -------------------------------------------------------------------------
 
 
