@@ -334,10 +334,10 @@ def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorith
                       for index, (record, relative) in enumerate(items)])
         written = [copy for copy in batch.copies if copy.index not in batch.outcomes]
         batch.make_durable(written, names=False)
+        durable = [copy for copy in written if copy.index not in batch.outcomes]
         if verify:
-            _read_from_disk([copy for copy in written if copy.index not in batch.outcomes])
-        _in_parallel([partial(_attempt, batch.outcomes, copy.index, batch.finish, copy, verify)
-                      for copy in written if copy.index not in batch.outcomes])
+            _read_from_disk(durable)
+        _in_parallel([partial(_attempt, batch.outcomes, copy.index, batch.finish, copy, verify) for copy in durable])
         batch.make_durable([copy for copy in written if isinstance(batch.outcomes[copy.index], Stored)], names=True)
     finally:
         batch.close()
