@@ -13,8 +13,9 @@ spool are not asked), and settles every answer in one atomic step per round:
   again (the hand-on may still be on its way);
 * no answer (the next site is down, or refuses connections): an outage, not a loss: nothing is resent, the
   entries are asked about again later;
-* a push daemon that does not understand receipts (an older dataq): logged once, and its records stay in custody
-  (their sources are never deleted by ``after_receipt``), asked about again only every :data:`OLDER_PEER_RECHECK`.
+* a push daemon whose handshake does not name receipts (a dataq older than 0.2, or the 2014 data-q): logged once,
+  and its records stay in custody (their sources are never deleted by ``after_receipt``); it is asked again each
+  round, over a new connection whose handshake tells at once when it has been upgraded.
 
 Records in custody longer than ``receipt_alarm`` seconds make a notice (one per ``receipt_alarm``, at most one an
 hour).
@@ -31,8 +32,10 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 
+from dataq.addresses import host_port_text
 from dataq.errors import DataqError, Retryable
-from dataq.feed.receipts_client import OlderPeer, ask
+from dataq.feed.receipts_client import ReceiptsNotSpoken, ask
+from dataq.handshake import PeerBook
 from dataq.logs import get_logger
 from dataq.ops.custody_report import PEERS_KEY
 from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
@@ -50,8 +53,6 @@ _RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
 DUE_PER_ROUND = 1000
 """Custody entries one round asks about at most."""
-OLDER_PEER_RECHECK = 3600.0
-"""Seconds before a next site found not to understand receipts is asked again (it may have been upgraded)."""
 KEEPS_PER_CALL = 1000
 """Custody entries one Redis call keeps at most."""
 ALARM_EXAMPLES = 5
@@ -83,13 +84,16 @@ class CustodyKeeper:
 
     def __init__(self, custody: Custody, options: KeeperOptions, *, tls: ssl.SSLContext | None,
                  remove_source: SourceCheck, notifier: Notifier | None,
-                 spooled: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> None:
+                 spooled: Callable[[list[str]], Awaitable[set[str]]] | None = None,
+                 peers: PeerBook | None = None) -> None:
         self.custody, self.options, self.tls = custody, options, tls
         self.remove_source = remove_source
         self.spooled = spooled
         self.notifier = notifier or LogNotifier()
-        self.older: dict[str, str] = {}
-        """Next sites that did not understand receipts, and what they answered."""
+        self.peers = peers if peers is not None else PeerBook()
+        """What each next site said in its last handshake (shared with the hand-on)."""
+        self.no_receipts: dict[str, str] = {}
+        """Next sites whose handshake does not name receipts, and what it said."""
         self.down: dict[str, str] = {}
         """Next sites that did not answer, and why."""
         self._alarmed_at = 0.0
@@ -154,8 +158,7 @@ class CustodyKeeper:
             else:
                 answered.append(receipts)
         if not answered:
-            later = now + (OLDER_PEER_RECHECK if all(c in self.older for c in candidates) else options.interval)
-            return [Settle("w", entry, ask_at=later) for entry in entries]
+            return [Settle("w", entry, ask_at=now + options.interval) for entry in entries]
         ops = []
         for index, entry in enumerate(entries):
             receipt = max((receipts[index] for receipts in answered), key=lambda r: _RANK.get(r.kind, 1))
@@ -169,15 +172,16 @@ class CustodyKeeper:
         return ops
 
     async def _ask_one(self, candidate: str, ids: list[str]) -> list[Receipt] | None:
-        """``candidate``'s answers about ``ids``; None if it cannot answer (down, or an older dataq)."""
+        """``candidate``'s answers about ``ids``; None if it cannot answer (down, or it does not speak receipts)."""
         host, port = parse_site(candidate)
         try:
-            receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout)
-        except OlderPeer as exc:
-            if candidate not in self.older:
-                log.warning("the next site does not understand receipts (an older dataq): its records stay "
-                            "in custody and their sources are kept", site=candidate, answer=str(exc))
-            self.older[candidate] = str(exc)
+            receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout,
+                                 peer=self.peers[host_port_text(host, port)])
+        except ReceiptsNotSpoken as exc:
+            if candidate not in self.no_receipts:
+                log.warning("the next site does not speak receipts: its records stay in custody and their sources "
+                            "are kept", site=candidate, speaks=exc.greeting.describe())
+            self.no_receipts[candidate] = exc.greeting.describe()
             return None
         except DataqError as exc:
             if candidate not in self.down:
@@ -188,7 +192,8 @@ class CustodyKeeper:
         if candidate in self.down:
             log.info("the next site answers receipts again", site=candidate)
         self.down.pop(candidate, None)
-        self.older.pop(candidate, None)
+        if self.no_receipts.pop(candidate, None) is not None:
+            log.info("the next site speaks receipts now", site=candidate)
         return receipts
 
     async def _decide(self, entry: CustodyEntry, receipt: Receipt, now: float) -> Settle:
@@ -269,7 +274,8 @@ class SenderCustody:
                                        options.resend_after, options.receipt_alarm, options.handon_timeout,
                                        options.after_receipt, self.context.queue.name)
         self.keeper = CustodyKeeper(custody, keeper_options, tls=self.hand_on.tls, remove_source=remove_if_unchanged,
-                                    notifier=self.context.notifier, spooled=self.hand_on.spooled)
+                                    notifier=self.context.notifier, spooled=self.hand_on.spooled,
+                                    peers=self.hand_on.peers)
         self.keeper.start(self._stop)
 
     async def check_room(self) -> None:
@@ -299,11 +305,11 @@ class SenderCustody:
     def status(self) -> Mapping[str, object]:
         """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
         keeper = self.keeper
-        if keeper is None or not (keeper.down or keeper.older):
+        if keeper is None or not (keeper.down or keeper.no_receipts):
             return {}
         problems = {site: f"does not answer: {error}" for site, error in keeper.down.items()}
-        problems.update({site: f"does not understand receipts (an older dataq): sources are kept; {answer}"
-                         for site, answer in keeper.older.items()})
+        problems.update({site: f"does not speak receipts, so its records stay in custody and their sources are "
+                               f"kept: {speaks}" for site, speaks in keeper.no_receipts.items()})
         return {PEERS_KEY: problems}
 
     async def close(self, grace: float) -> None:

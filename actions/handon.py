@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 
 from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.config.feed_settings import parse_target
@@ -22,18 +21,15 @@ from dataq.feed.client import Feeder, client_tls_context
 from dataq.feed.forward import Forwarder, forward_until_stopped
 from dataq.feed.intake import entry_of
 from dataq.feed.spool import Spool
+from dataq.handshake import Capability, Greeting, PeerBook
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
-from dataq.record import Record, handon_line, refused_as_older
+from dataq.record import Record, handon_line
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.supervise import cancel_and_wait
 
 SENDER_RESTART_CAP = 60.0
 """Longest wait before a failed hand-on sender starts again."""
-OLDER_SITE_RECHECK = 3600.0
-"""Seconds hand-ons go in the 2014 form once a next site was found older than site names; then the full form is
-tried again (the site may have been upgraded): one hand-on an hour refused, and sent again at once in the older
-form, while it is not."""
 
 log = get_logger()
 
@@ -54,11 +50,10 @@ class HandOn:
                  algorithm: str = DEFAULT_ALGORITHM) -> None:
         self.sites, self.timeout, self.spool_dir, self.tls_files = sites, timeout, spool, tls
         self.site, self.algorithm = site, algorithm
-        """This site's name and its records' checksum algorithm, carried with each hand-on (no name and md5:
-        hand-ons in the 2014 form)."""
-        self._always_plain = not site and algorithm == DEFAULT_ALGORITHM
-        self._older_until = float("-inf")
-        """Until when (the monotonic clock) a next site counts as older than site names."""
+        """This site's name and its records' checksum algorithm, carried with each hand-on (a next site that
+        does not speak them gets the hand-on without them: :func:`~dataq.record.form_for`)."""
+        self.peers = PeerBook()
+        """What each next site said in its last handshake (the custody keeper's receipts queries learn it too)."""
         self._tls: ssl.SSLContext | None = None
         self._spool: Spool | None = None
         self._forwarder: Forwarder | None = None
@@ -81,7 +76,8 @@ class HandOn:
             self._sending.add_done_callback(_report_sender_end)
 
     def _new_forwarder(self, spool: Spool) -> Forwarder:
-        return Forwarder(spool, [parse_site(site) for site in self.sites], tls=self._tls, timeout=self.timeout)
+        return Forwarder(spool, [parse_site(site) for site in self.sites], tls=self._tls, timeout=self.timeout,
+                         peers=self.peers)
 
     async def _send(self, spool: Spool) -> None:
         """Send the spool until stopped; a sender that fails (a next site breaking the protocol, the spool's disk
@@ -107,11 +103,6 @@ class HandOn:
             await self._spool.close()
 
     @property
-    def _plain(self) -> bool:
-        """Hand-ons go in the 2014 form: configured so, or a next site was found older than site names lately."""
-        return self._always_plain or time.monotonic() < self._older_until
-
-    @property
     def tls(self) -> ssl.SSLContext | None:
         """The TLS context of the links to the next sites (after :meth:`start`)."""
         return self._tls
@@ -129,44 +120,43 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""
-        # To a next site older than site names the feeder sends an md5 record again without them.
-        outcome = await self._offer(handed if self._plain else handon_line(handed, self.site, self.algorithm))
-        if isinstance(outcome, tuple) and outcome[1].kind is ReplyKind.ERROR and refused_as_older(outcome[1].detail):
-            # Such a site knows md5 checksums only: the record must not be taken as one.
-            raise ActionError(f"next site {outcome[0]} is older than checksum algorithms: it cannot take "
-                              f"{self.algorithm} checksums (its reply: {outcome[1].detail})")
+        # The feeder sends it in the form the next site speaks (its handshake).
+        outcome = await self._offer(handon_line(handed, self.site, self.algorithm))
         if isinstance(outcome, str):
             # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
             raise Retryable(f"no next site took the record: {outcome}",
                             destination=f"next sites {', '.join(self.sites)}")
-        site, reply = outcome
+        site, reply, greeting = outcome
+        if reply.kind is ReplyKind.ERROR and self.algorithm != DEFAULT_ALGORITHM \
+                and not greeting.speaks(Capability.ALGORITHM):
+            # Such a site knows md5 checksums only: the record must not be taken as one, and was refused.
+            raise ActionError(f"next site {site} does not speak checksum algorithms ({greeting.describe()}): it "
+                              f"cannot take {self.algorithm} checksums (its reply: {reply.detail})")
         if reply.kind is ReplyKind.ERROR:
             raise ActionError(f"next site {site} refused the record: {reply.detail}")
         log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
         return site
 
-    async def _offer(self, item: Record | str) -> tuple[str, Reply] | str:
-        """One round over the sites: the site that answered (as ``next_sites`` writes it) and its reply, or why
-        none did."""
+    async def _offer(self, item: Record | str) -> tuple[str, Reply, Greeting] | str:
+        """One round over the sites: the site that answered (as ``next_sites`` writes it), its reply and what it
+        said in the handshake, or why none did."""
         (host, port), *others = [parse_site(site) for site in self.sites]
         # Each site is given ``timeout`` to accept and to answer (the feeder's fail-over); the default window:
         # with a window of exactly one record the feeder would wait for more input.
-        feeder = Feeder(host, port, also=others, retry_for=0.0, timeout=self.timeout, tls=self._tls)
+        feeder = Feeder(host, port, also=others, retry_for=0.0, timeout=self.timeout, tls=self._tls,
+                        peers=self.peers)
         try:
             # A lone site is not left for being silent (there is no other): it gets one more ``timeout`` to answer.
             async with asyncio.timeout(2 * self.timeout * len(self.sites)):
                 result = await feeder.feed([item])
-            if feeder.older_daemon and not self._plain:
-                log.info("the next site is older than site names: hand-ons go without this site's name",
-                         site=self._configured(feeder.host, feeder.port), again_in=OLDER_SITE_RECHECK)
-                self._older_until = time.monotonic() + OLDER_SITE_RECHECK
         except TimeoutError:
             return f"no answer within {2 * self.timeout * len(self.sites):g} s"
         except DataqError as exc:  # unreachable, or not speaking the push protocol
             return str(exc)
         assert result.replies is not None
         (reply,) = result.replies
-        return self._configured(feeder.host, feeder.port), reply
+        assert feeder.greeting is not None  # a reply came over a connection that was greeted
+        return self._configured(feeder.host, feeder.port), reply, feeder.greeting
 
     def _configured(self, host: str, port: int) -> str:
         """The next site as ``next_sites`` writes it."""
@@ -178,10 +168,9 @@ class HandOn:
             raise Retryable("the hand-on sender has stopped (see the pop daemon's log)",
                             destination=f"spool {self._spool.directory}")
         try:
-            entry = entry_of(handed)
-            if not self._plain:  # the forwarder sends its plain form to a next site older than names
-                line = handon_line(handed, self.site, self.algorithm) + "\n"
-                entry = entry._replace(line=line.encode("utf-8", "surrogateescape"))
+            # The forwarder sends it in the form the next site speaks (its handshake).
+            line = handon_line(handed, self.site, self.algorithm) + "\n"
+            entry = entry_of(handed)._replace(line=line.encode("utf-8", "surrogateescape"))
             await self._spool.add([entry])
         except DataqError as exc:  # a full disk, a damaged spool: the record runs again later
             raise Retryable(f"cannot keep the hand-on: {exc}", destination=f"spool {self._spool.directory}") from exc

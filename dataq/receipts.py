@@ -20,8 +20,8 @@ names anything else than a list of at most :data:`MAX_RECEIPT_IDS` ids, gets one
 its place. Answers may carry more fields, for ``dataq-cli --trace``: ``from`` (the answering site), ``pushed``,
 ``done`` (its own times), ``handed`` (when it handed the record on), ``next`` (where it hands records on).
 
-A push daemon older than receipts reads the line as a record and answers one ``Error:`` that does not start with
-``receipts:``: :func:`parse_answer` reports that as :data:`NOT_UNDERSTOOD`, and the asking site stops asking it.
+Only a push daemon whose handshake names ``receipts`` (:mod:`dataq.handshake`) is asked: an older one would read
+the line as a record and refuse it.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ RECEIPTS_KEY: Final = "receipts"
 MAX_RECEIPT_IDS: Final = 1000
 """Ids one receipts line may name: its answers must fit the connection's window of unanswered lines."""
 ERROR_TOPIC: Final = "receipts: "
+"""How the push daemon words its refusals of receipts lines and ids: keepers of dataq 0.1, before the handshake,
+tell a refused id from a daemon that does not know receipts by it (this version reads no refusal's words)."""
 DONE: Final = "done"
 PENDING: Final = "pending"
 UNKNOWN: Final = "unknown"
 REFUSED: Final = "error"
 """The kind of answer for an id the queue's checksum pattern refuses."""
-NOT_UNDERSTOOD: Final = "not understood"
-"""What :func:`parse_answer` makes of the error an older push daemon answers a receipts line with."""
 _MARKER: Final = b'"receipts"'
 
 
@@ -102,7 +102,7 @@ def query_line(ids: list[str], site: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """One answer: ``done``, ``pending``, ``unknown``, :data:`REFUSED` (an id refused) or :data:`NOT_UNDERSTOOD`."""
+    """One answer: ``done``, ``pending``, ``unknown`` or :data:`REFUSED` (an id refused)."""
 
     kind: str
     record_id: str = ""
@@ -140,13 +140,11 @@ class Receipt:
 
 
 def parse_answer(line: bytes | str) -> Receipt:
-    """Read one answer line; ProtocolError if it is none of the forms above."""
+    """Read one answer line (an ``Error:`` line is the refusal of its id, in the words of the answering site);
+    ProtocolError if it is none of the forms above."""
     text = (line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line).rstrip("\r\n")
     if text.startswith(ERROR_PREFIX):
-        detail = text[len(ERROR_PREFIX):]
-        if detail.startswith(ERROR_TOPIC):
-            return Receipt(REFUSED, error=detail[len(ERROR_TOPIC):])
-        return Receipt(NOT_UNDERSTOOD, error=detail)
+        return Receipt(REFUSED, error=text[len(ERROR_PREFIX):])
     try:
         value = json.loads(text)
         kind = value.pop("receipt")

@@ -23,6 +23,7 @@ from typing import Any
 from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import InvalidRecord
 from dataq.file_identity import Identity
+from dataq.handshake import Capability
 
 
 def pattern_for(algorithm: str) -> str:
@@ -51,9 +52,6 @@ IDENTITY_FIELDS = 5
 OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """A site's name (the setting ``site``)."""
-OLDER_REFUSALS = tuple(f"unknown JSON key {key!r}" for key in sorted(OPTIONAL_KEYS))
-"""How a push daemon older than site names (or than algorithm names, or file identities) starts its refusal of a
-line that has them."""
 _STORED_SEPARATOR = "\0"
 _DIGITS = re.compile(r"[0-9]+")
 _COMMON_LINE = rf"(/[!-~]{{0,{MAX_PATH_LENGTH - 1}}}) ([!-~]+) ([0-9]{{1,19}})\r?\n?"
@@ -307,37 +305,44 @@ def format_line(record: Record, *, with_identity: bool = False) -> str:
 
 
 def handon_line(record: Record, site: str, algorithm: str = DEFAULT_ALGORITHM) -> str:
-    """The JSON line a site hands ``record`` on with, naming itself and its checksum's algorithm (push daemons
-    older than these names refuse it: :data:`OLDER_REFUSALS`; :func:`plain_form` is the form they take)."""
+    """The JSON line a site hands ``record`` on with, naming itself and its checksum's algorithm (a next site that
+    does not speak these names gets :func:`form_for` of it)."""
     named: dict[str, object] = {"path": record.path, "checksum": record.checksum, "size": record.size}
     if site:
         named[SITE_KEY] = site
     return json.dumps({**named, ALGORITHM_KEY: algorithm})
 
 
-def refused_as_older(detail: str) -> bool:
-    """Whether a push daemon's ``Error:`` reply refuses a hand-on line's names (a daemon older than them)."""
-    return detail.startswith(OLDER_REFUSALS)
+def form_for(line: bytes, speaks: frozenset[Capability]) -> bytes:
+    """``line`` (a record line, with its newline) in the form a peer that speaks only ``speaks`` takes (the
+    handshake's :attr:`~dataq.handshake.Greeting.capabilities`): the names it does not speak taken out, and with
+    none left, the 2014 text form (the JSON form for a path holding whitespace). Without its identity the actions
+    read the file again; without its site the record is stored as from the handing host alone.
 
-
-def plain_form(line: bytes) -> bytes:
-    """A line in the form push daemons older than site names, algorithm names or file identities take: without
-    its identity (the actions then read the file again), and for an md5 record the plain line; the line as it is
-    if it names none of them. A record whose checksum is not md5 keeps its algorithm: a daemon older than
-    algorithm names knows md5 only, and must go on refusing it, never take it as md5."""
+    A record whose checksum is not md5 keeps its algorithm: a peer that does not speak algorithms knows md5 only,
+    and must refuse such a record, never take it as md5. A line that is not a JSON record goes as it is."""
+    if not line.startswith(b"{"):
+        return line
     try:
         obj = json.loads(line)
     except ValueError:
         return line
-    if not isinstance(obj, dict) or not OPTIONAL_KEYS & set(obj):
+    if not isinstance(obj, dict):
         return line
-    if obj.get(ALGORITHM_KEY, DEFAULT_ALGORITHM) != DEFAULT_ALGORITHM:
-        if IDENTITY_KEY not in obj:
-            return line
-        del obj[IDENTITY_KEY]
-        return (json.dumps(obj) + "\n").encode()
-    record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
-    return (format_line(record) + "\n").encode("utf-8", "surrogateescape")
+    drop = {key for key in OPTIONAL_KEYS.intersection(obj) if Capability(key) not in speaks}
+    if not drop:
+        return line
+    if ALGORITHM_KEY in drop:
+        if obj[ALGORITHM_KEY] != DEFAULT_ALGORITHM:
+            drop.discard(ALGORITHM_KEY)
+        elif IDENTITY_KEY in obj:
+            drop.add(IDENTITY_KEY)  # an identity is read only with the algorithm of the checksum it proves
+    for key in drop:
+        del obj[key]
+    if not OPTIONAL_KEYS.intersection(obj):
+        record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
+        return (format_line(record) + "\n").encode("utf-8", "surrogateescape")
+    return (json.dumps(obj) + "\n").encode("utf-8", "surrogateescape")
 
 
 def format_list_line(record: Record) -> str:

@@ -27,18 +27,19 @@ MODULE = "incoming"
 
 
 class Site:
-    """One site of a :class:`Cascade`: its directories, its Redis, its rsync daemon and its two daemons."""
+    """One site of a :class:`Cascade`: its directories, its Redis, its rsync daemon and its two daemons (of another
+    dataq with ``python``, an older one's interpreter: :mod:`testbed.older`)."""
 
-    def __init__(self, root: Path, name: str) -> None:
-        self.root, self.name = root / name, name
+    def __init__(self, root: Path, name: str, python: Path | None = None) -> None:
+        self.root, self.name, self.python = root / name, name, python
         self.incoming = self.root / MODULE
         self.archive = self.root / "store"
         self.redis = EmbeddedRedis(self.root / "redis", port=0, appendfsync="always")
         self.rsync = RsyncDaemon(self.root / "rsyncd", {MODULE: self.incoming})
         self.port = unclaimed_port()  # known to the site before, and bound only when its push daemon starts
         self.config = self.root / "dataq.toml"
-        self.push = Daemon("push", self.config)
-        self.pop = Daemon("pop", self.config)
+        self.push = Daemon("push", self.config, python)
+        self.pop = Daemon("pop", self.config, python)
 
     def start_services(self) -> None:
         """Redis and rsync (the site's host up); the daemons are started apart."""
@@ -59,7 +60,8 @@ class Site:
             f"queues.{QUEUE}": {"push_port": self.port, "actions": list(actions), **queue},
         }
         tables.update({f"queues.{QUEUE}.{action}": values for action, values in options.items()})
-        write_tables(self.config, self.root / "data", tables, site=self.name)
+        # An older dataq knows no site names (and refuses keys it does not know).
+        write_tables(self.config, self.root / "data", tables, **({"site": self.name} if self.python is None else {}))
 
     def start_daemons(self) -> None:
         self.push.start()
@@ -106,12 +108,14 @@ class Site:
 
 class Cascade:
     """``names[0]`` → ``names[1]`` → ... → ``names[-1]``; ``move`` are extra options of every ``network_move``,
-    ``queue`` extra settings of every site's queue, ``queues`` of one site's (by its name)."""
+    ``queue`` extra settings of every site's queue, ``queues`` of one site's (by its name); ``older`` runs a site
+    (by its name) on an older dataq's interpreter, whose ``network_move`` hands on without custody."""
 
     def __init__(self, root: Path, names: Sequence[str], *, move: Mapping[str, Any] | None = None,
                  pop: Mapping[str, Any] | None = None, queue: Mapping[str, Any] | None = None,
-                 queues: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self.sites = [Site(root, name) for name in names]
+                 queues: Mapping[str, Mapping[str, Any]] | None = None,
+                 older: Mapping[str, Path] | None = None) -> None:
+        self.sites = [Site(root, name, (older or {}).get(name)) for name in names]
         self.move, self.pop, self.queue = dict(move or {}), dict(pop or {}), dict(queue or {})
         self.queues = {name: {**self.queue, **(queues or {}).get(name, {})} for name in names}
 
@@ -131,9 +135,13 @@ class Cascade:
                 site.write_config(["disk_store"], {"disk_store": {"root": str(site.archive)}}, self.pop,
                                   self.queues[site.name])
                 continue
-            move = {"destination": following.rsync.url(MODULE), "next_sites": [f"{LOOPBACK}:{following.port}"],
-                    "next_path": f"{following.incoming}/{{relpath}}", "remove_source": "after_receipt",
-                    **self.move}
+            move: dict[str, Any] = {
+                "destination": following.rsync.url(MODULE), "next_sites": [f"{LOOPBACK}:{following.port}"],
+                "next_path": f"{following.incoming}/{{relpath}}"}
+            if site.python is None:
+                move |= {"remove_source": "after_receipt", **self.move}
+            elif "handon_timeout" in self.move:
+                move["handon_timeout"] = self.move["handon_timeout"]
             site.write_config(["network_move"], {"network_move": move}, self.pop, self.queues[site.name])
         for site in reversed(self.sites):
             site.start_daemons()

@@ -119,14 +119,16 @@ class ChaosReport:
 class Daemon:
     """``dataq push|pop --config FILE`` as a child process that the chaos loop kills and restarts."""
 
-    def __init__(self, command: str, config: Path) -> None:
+    def __init__(self, command: str, config: Path, python: Path | None = None) -> None:
+        """``python``: another dataq's interpreter (:mod:`testbed.older`), run isolated from ours; None: ours."""
         self.command, self.config = command, config
+        self.interpreter = [sys.executable] if python is None else [str(python), "-I"]
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         log = open(self.config.parent / f"{self.command}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from dataq.cli.main import main; main()", self.command, "--config",
+            [*self.interpreter, "-c", "from dataq.cli.main import main; main()", self.command, "--config",
              str(self.config)],
             env=daemon_env(), cwd="/", stdout=subprocess.DEVNULL, stderr=log,
         )

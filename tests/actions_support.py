@@ -10,11 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from dataq.handshake import hello_line, is_hello
 from dataq.record import Record
 
 LOOPBACK = "127.0.0.1"
@@ -141,13 +142,17 @@ def corrupting_rsync(directory: Path, victim: Path) -> Path:
 
 
 class OlderPeer:
-    """A push daemon of a dataq older than receipts and site names: it reads every line as a record, in either
-    wire form of 2025, and refuses any other (as its parser did, with the same words)."""
+    """A push daemon of a dataq older than the handshake (the 2014 data-q's lines, and JSON records of ``path``,
+    ``checksum`` and ``size``): it reads every line as a record and refuses one with any other key, the hello
+    included, in the words ``refusal`` gives (its parser's, by default; other words must change nothing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusal: Callable[[str], str] | None = None) -> None:
         self.lines: list[bytes] = []
+        """Every line it was sent but hellos."""
+        self.hellos = 0
         self.upgraded = False
-        """Set by :meth:`upgrade`: it takes every line, as a push daemon of today."""
+        """Set by :meth:`upgrade`: it answers the handshake and takes every line, as a push daemon of today."""
+        self.refusal = refusal or (lambda key: f"unknown JSON key {key!r}; expected only ['checksum', 'path', 'size']")
         self._writers: set[asyncio.StreamWriter] = set()
 
     def upgrade(self) -> None:
@@ -160,13 +165,17 @@ class OlderPeer:
         self._writers.add(writer)
         with contextlib.suppress(ConnectionError):
             while line := await reader.readline():
+                if is_hello(line):
+                    self.hellos += 1
+                    writer.write(hello_line() if self.upgraded else f"Error: {self.refusal('hello')}\n".encode())
+                    await writer.drain()
+                    continue
                 self.lines.append(line)
                 if line.startswith(b"{"):
                     keys = sorted(json.loads(line))
                     unknown = [key for key in keys if key not in ("checksum", "path", "size")]
                     if unknown and not self.upgraded:
-                        writer.write(f"Error: unknown JSON key {unknown[0]!r}; expected only "
-                                     f"['checksum', 'path', 'size']\n".encode())
+                        writer.write(f"Error: {self.refusal(unknown[0])}\n".encode())
                     else:
                         writer.write(b"Pushed ID=" + json.loads(line)["checksum"].encode() + b"\n")
                 else:

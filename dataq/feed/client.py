@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 
+from dataq.addresses import host_port_text
 from dataq.errors import ProtocolError
 from dataq.feed.failover import Failover, Step
 from dataq.feed.link import (
@@ -33,9 +34,10 @@ from dataq.feed.link import (
     client_tls_context,
     encode_item,
 )
+from dataq.handshake import Capability, Greeting, PeerBook, greet
 from dataq.logs import get_logger
-from dataq.protocol import PUSHED_PREFIX, LineFramer, OverLong, Reply, ReplyKind, parse_reply
-from dataq.record import plain_form, refused_as_older
+from dataq.protocol import PUSHED_PREFIX, LineFramer, OverLong, Reply, parse_reply
+from dataq.record import form_for
 from dataq.runtime.backoff import Backoff
 
 DEFAULT_WINDOW = 1000
@@ -100,8 +102,10 @@ class Feeder:
         keep_replies: bool = True,
         on_reply: ReplyCallback | None = None,
         on_link: LinkCallback | None = None,
+        peers: PeerBook | None = None,
     ) -> None:
-        """Feed ``host:port``, or the first of it and ``also`` that answers; ``retry_for`` may be infinite."""
+        """Feed ``host:port``, or the first of it and ``also`` that answers; ``retry_for`` may be infinite.
+        ``peers`` keeps what each push daemon said in the handshake (shared with others that talk to them)."""
         if window < 1:
             raise ValueError("window must be at least 1")
         if not timeout > 0 or not failback_after > 0:
@@ -121,21 +125,17 @@ class Feeder:
         self._source_done = False
         self._room = asyncio.Event()
         self._result = FeedResult()
-        self._plain = False
-        """The push daemon is older than site names and file identities: lines go in the form it takes (until
-        the next connection, which may reach one upgraded meanwhile)."""
-        self._writer: asyncio.StreamWriter | None = None
+        self.peers = peers if peers is not None else PeerBook()
+        self.greeting: Greeting | None = None
+        """What the push daemon of the current (or last) connection said in the handshake."""
+        self._speaks: frozenset[Capability] | None = None
+        """What both sides speak on this connection, when it is less than all this version does: each line then
+        goes in the form the daemon takes (:func:`~dataq.record.form_for`); None: lines go as they are."""
 
     @property
     def result(self) -> FeedResult:
         """The counts so far (the progress of a feed under way)."""
         return self._result
-
-    @property
-    def older_daemon(self) -> bool:
-        """Whether the push daemon refused a record for names it did not know (site, algorithm, identity): the
-        rest of the connection went in the older form (:meth:`_send_plain`)."""
-        return self._plain
 
     @property
     def _exhausted(self) -> bool:
@@ -261,12 +261,12 @@ class Feeder:
         if isinstance(encoded, Reply):
             self._record(index, encoded)
             return None
-        return index, plain_form(encoded[0]) if self._plain else encoded[0], encoded[1]
+        return index, encoded[0], encoded[1]
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One connection: send (resending what is unanswered first) and read replies until all are answered, or
-        until it is being left and what was sent is answered."""
-        self._writer, self._plain = writer, False
+        """One connection: the handshake, then send (resending what is unanswered first) and read replies until
+        all are answered, or until it is being left and what was sent is answered."""
+        await self._greet(reader, writer)
         sender = asyncio.create_task(self._send(writer))
         receiver = asyncio.create_task(self._receive(reader))
         try:
@@ -286,12 +286,30 @@ class Feeder:
         if not self._may_leave:
             raise _ConnectionLost("connection closed by the daemon")
 
+    async def _greet(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Learn what the push daemon speaks (:mod:`dataq.handshake`). With another push daemon to go to, one
+        that does not answer within ``timeout`` is left for it; a lone one is waited for, as for its replies."""
+        try:
+            greeting = await greet(reader, writer, self.timeout if len(self.targets) > 1 else None)
+        except TimeoutError:
+            raise _ConnectionLost(f"no answer to the handshake within {self.timeout:g} s") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise _ConnectionLost(str(exc) or type(exc).__name__) from exc
+        self.greeting = greeting
+        self.peers[host_port_text(self.host, self.port)].learned(greeting)
+        self._speaks = None if greeting.full else greeting.capabilities
+
+    def _wire(self, line: bytes) -> bytes:
+        """``line`` in the form this connection's push daemon takes."""
+        speaks = self._speaks
+        return line if speaks is None else form_for(line, speaks)
+
     async def _send(self, writer: asyncio.StreamWriter) -> None:
         in_flight, carry, failover = self._in_flight, self._carry, self._failover
         assert failover is not None
         self._quiet_since = time.monotonic()
         if in_flight:
-            writer.write(b"".join(line for _, line, _ in in_flight))
+            writer.write(b"".join(self._wire(line) for _, line, _ in in_flight))
             await writer.drain()
         # Until every record is answered, not only sent: a reply may ask to send a record again.
         while not self._may_leave:
@@ -313,10 +331,11 @@ class Feeder:
             lines: list[bytes] = []
             if not in_flight:
                 self._quiet_since = time.monotonic()
+            speaks = self._speaks
             for _ in range(min(room, len(carry))):
                 entry = carry.popleft()
                 in_flight.append(entry)
-                lines.append(entry[1])
+                lines.append(entry[1] if speaks is None else form_for(entry[1], speaks))
             if lines:
                 writer.write(b"".join(lines))
                 await writer.drain()
@@ -374,10 +393,6 @@ class Feeder:
                 if reply.asks_to_resend:
                     self._resend(entry, reply)
                     continue
-                if reply.kind is ReplyKind.ERROR and refused_as_older(reply.detail) \
-                        and (plain := plain_form(entry[1])) != entry[1]:
-                    self._send_plain(entry, plain)
-                    continue
                 self._record(index, reply)
             if len(in_flight) < self.window or not in_flight:
                 self._room.set()
@@ -389,20 +404,6 @@ class Feeder:
                         resent_so_far=self._result.resent)
         self._result.resent += 1
         self._carry.appendleft(entry)
-
-    def _send_plain(self, entry: _Entry, plain: bytes) -> None:
-        """Send a record again at once, and every record after it, in the form a push daemon older than site names
-        and file identities takes (:func:`~dataq.record.plain_form`: a cascade's hand-on then goes without the
-        handing site's name, and the actions read the file again). A record whose checksum is not md5 has no such
-        form: it stays refused, and says why."""
-        if not self._plain:
-            log.info("the push daemon is older than site names and file identities: records go without them")
-            self._plain = True
-        # Written here, between two of the sender's writes (nothing awaits in between): the order of the lines on
-        # the wire stays the order of the records in flight.
-        assert self._writer is not None
-        self._in_flight.append((entry[0], plain, entry[2]))
-        self._writer.write(plain)
 
     def _record(self, index: int, reply: Reply) -> None:
         self._result.record(index, reply)

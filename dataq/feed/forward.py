@@ -24,6 +24,7 @@ from dataq.errors import SpoolError
 from dataq.feed.client import DEFAULT_WINDOW, Feeder, Target
 from dataq.feed.link import FeedItem
 from dataq.feed.spool import Pending, Spool
+from dataq.handshake import PeerBook
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
 
@@ -55,6 +56,7 @@ class Forwarder:
         tls: ssl.SSLContext | None = None,
         timeout: float | None = None,
         failback_after: float | None = None,
+        peers: PeerBook | None = None,
     ) -> None:
         if not targets:
             raise ValueError("a forwarder needs at least one push daemon")
@@ -65,7 +67,7 @@ class Forwarder:
             extra["failback_after"] = failback_after
         self.feeder = Feeder(host, port, also=others, window=window, tls=tls, retry_for=math.inf,
                              backoff_cap=OUTAGE_BACKOFF_CAP, keep_replies=False, on_reply=self._on_reply,
-                             on_link=self._on_link, **extra)
+                             on_link=self._on_link, peers=peers, **extra)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._draining = False
@@ -160,7 +162,7 @@ class Forwarder:
                 yield [self._out(row) for row in rows]
 
     def _out(self, row: Pending) -> bytes:
-        """Note a row as sent; its line (a push daemon older than its names gets it without them: the
+        """Note a row as sent; its line (in the form the push daemon speaks: the
         :class:`~dataq.feed.client.Feeder` sees to that)."""
         self._sent[self._next_index] = row
         self._nothing_sent.clear()

@@ -1,5 +1,5 @@
 """Asking a next site's push daemon for receipts (:mod:`dataq.receipts`), over the connection type (and TLS or
-mutual TLS) the hand-on uses."""
+mutual TLS) the hand-on uses, once its handshake has said it speaks them."""
 
 from __future__ import annotations
 
@@ -8,30 +8,40 @@ import contextlib
 import ssl
 from collections.abc import Sequence
 
+from dataq.addresses import host_port_text
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
-from dataq.protocol import TOO_MANY_CONNECTIONS
-from dataq.receipts import NOT_UNDERSTOOD, REFUSED, Receipt, parse_answer, query_line
+from dataq.handshake import Capability, Greeting, Peer, greet
+from dataq.receipts import REFUSED, Receipt, parse_answer, query_line
 
 IDS_PER_LINE = 100
 """Ids per receipts line: a line of 100 md5 ids is about 3.5 KB, far below any push daemon's line limit."""
 
 
-class OlderPeer(DataqError):
-    """The next site's push daemon does not understand receipts (a dataq older than custody)."""
+class ReceiptsNotSpoken(DataqError):
+    """The next site's push daemon did not name receipts in its handshake (a dataq older than 0.2, or the 2014
+    data-q): it cannot be asked where a record is."""
+
+    def __init__(self, greeting: Greeting) -> None:
+        super().__init__(f"it does not speak receipts ({greeting.describe()})")
+        self.greeting = greeting
 
 
 async def ask(host: str, port: int, ids: Sequence[str], *, site: str, tls: ssl.SSLContext | None,
-              within: float) -> list[Receipt]:
-    """The next site's answer about each of ``ids``, in order.
+              within: float, peer: Peer | None = None) -> list[Receipt]:
+    """The next site's answer about each of ``ids``, in order; ``peer`` learns what the handshake said.
 
     FeedError if it cannot be reached or does not answer within ``within`` seconds (an outage: ask again
-    later), OlderPeer if it does not understand the query, ProtocolError if it answers nonsense.
+    later), ReceiptsNotSpoken if its handshake does not name receipts, ProtocolError if it answers nonsense.
     """
     try:
         async with asyncio.timeout(within):
             reader, writer = await asyncio.open_connection(host, port, ssl=tls)
             try:
+                greeting = await greet(reader, writer, None)  # ``within`` bounds it all
+                (peer or Peer(host_port_text(host, port))).learned(greeting)
+                if not greeting.speaks(Capability.RECEIPTS):
+                    raise ReceiptsNotSpoken(greeting)
                 return await _exchange(reader, writer, ids, site)
             finally:
                 writer.close()
@@ -56,12 +66,6 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             if not line.endswith(b"\n"):
                 raise ConnectionResetError("the connection closed before every id was answered")
             answer = parse_answer(line)
-            if answer.kind == NOT_UNDERSTOOD and answer.error == TOO_MANY_CONNECTIONS:
-                raise ConnectionRefusedError(TOO_MANY_CONNECTIONS)  # answers no line: the daemon is full
-            if answer.kind == NOT_UNDERSTOOD:
-                if position == 0:  # it read the whole line as one record and refused it
-                    raise OlderPeer(f"it answered a receipts query with: {answer.error}")
-                raise ProtocolError(f"a refusal in the middle of a receipts answer: {answer.error}")
             if answer.kind != REFUSED and answer.record_id != chunk[position]:
                 raise ProtocolError(f"the answer about {answer.record_id} came in the place of {chunk[position]}")
             answers.append(answer if answer.record_id else Receipt(REFUSED, chunk[position], error=answer.error))

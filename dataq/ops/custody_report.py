@@ -35,7 +35,7 @@ class CustodyReport:
     p50: float | None = None
     p99: float | None = None
     peers: dict[str, str] = field(default_factory=dict)
-    """Next sites the live pop daemons cannot ask (down, or an older dataq), and why."""
+    """Next sites the live pop daemons cannot ask (down, or not speaking receipts), and why."""
 
     def as_dict(self, now: float) -> dict[str, object]:
         return {"records": self.records, "sites": self.sites, "oldest_id": self.oldest_id,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dataq.errors import NotReplicated, StoreError
+from dataq.handshake import Hello
 from dataq.logs import get_logger
 from dataq.ops.answers import ReceiptDesk
 from dataq.protocol import error_reply, ignored_reply, pushed_reply
@@ -62,8 +63,9 @@ class ReplySink(Protocol):
         """Send ``payload`` (the replies to ``count`` lines) to the peer, if it is still connected."""
 
 
-Entry = Record | str | ReceiptQuery
-"""One line as the connection read it: a record, the message of a refused line, or a receipts query."""
+Entry = Record | str | ReceiptQuery | Hello
+"""One line as the connection read it: a record, the message of a refused line, a receipts query, or the
+handshake's hello."""
 
 
 @dataclass(slots=True)
@@ -307,6 +309,9 @@ class Committer:
                 if isinstance(entry, str):
                     parts.append(error_reply(entry))
                     stats.errors += 1
+                    continue
+                if isinstance(entry, Hello):
+                    parts.append(entry.answer().decode())
                     continue
                 if isinstance(entry, ReceiptQuery):
                     parts.append(self.desk.lines(entry, [next(known) for _ in entry.valid]))

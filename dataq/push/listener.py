@@ -18,6 +18,7 @@ from typing import cast
 
 from dataq.addresses import peer_text
 from dataq.errors import InvalidRecord
+from dataq.handshake import Capability, is_hello, parse_hello
 from dataq.logs import get_logger
 from dataq.protocol import TOO_MANY_CONNECTIONS, LineFramer, OverLong, error_reply
 from dataq.push.committer import Committer, Entry
@@ -131,6 +132,9 @@ class FeederConnection(asyncio.Protocol):
         self.eof = False
         self.closed = False
         self.admitted = False
+        self.speaks: frozenset[Capability] = frozenset()
+        """What the peer said it speaks in its hello (nothing: a feeder of the 2014 form, or older than the
+        handshake)."""
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
 
@@ -265,6 +269,13 @@ class FeederConnection(asyncio.Protocol):
         for line in lines:
             if isinstance(line, bytes):
                 try:
+                    if is_hello(line):
+                        hello = parse_hello(line)
+                        self.speaks = hello.capabilities
+                        self.log.debug("feeder greeted", version=hello.version, speaks=sorted(hello.capabilities),
+                                       unknown=hello.unknown or None)
+                        entries.append(hello)
+                        continue
                     if is_query(line):
                         entries.append(parse_query(line, rules))
                         continue

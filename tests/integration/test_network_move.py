@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from dataq.actions import handon
 from dataq.actions.files import SourceMismatch
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
@@ -22,6 +21,7 @@ from dataq.config import QueueSettings
 from dataq.embedded.redis_server import free_port
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.feed.spool_status import read_spool_status
+from dataq.handshake import hello_line, is_hello
 from dataq.record import SITE_KEY, Record
 from dataq.store import QueueList, QueueStore
 from testbed.actions import action_context
@@ -354,7 +354,7 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
         with pytest.raises(Retryable, match="no next site took the record") as caught:
             await action.run(record)
     assert f"{down}: cannot connect" in str(caught.value)
-    assert f"{silent}: connection lost: no reply within 0.5 s" in str(caught.value)
+    assert f"{silent}: connection lost: no answer to the handshake within 0.5 s" in str(caught.value)
     assert caught.value.destination == f"next sites {down}, {silent}"
     assert Path(record.path).exists(), "the source stays until the next site holds the record"
     assert os.path.exists(valley / "incoming" / PUSHED_DATE / "a.fits"), "the transfer itself was done"
@@ -369,11 +369,11 @@ async def test_the_hand_on_names_this_site_and_the_next_site_stores_it_with_the_
 
 
 @contextlib.asynccontextmanager
-async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path,
-                                      spooled: bool) -> AsyncIterator[tuple[OlderPeer, NetworkMoveAction]]:
+async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path, spooled: bool, peer: OlderPeer | None = None
+                                      ) -> AsyncIterator[tuple[OlderPeer, NetworkMoveAction]]:
     """A ``network_move`` of the site "mountain", started, that hands on (through a spool if ``spooled``) to a
-    push daemon older than site names."""
-    peer = OlderPeer()
+    push daemon older than the handshake (``peer``, by default one refusing in its parser's words)."""
+    peer = peer or OlderPeer()
     server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
     site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
     spool = {"handon_spool": str(tmp_path / "handon")} if spooled else {}
@@ -388,11 +388,10 @@ async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path,
 
 
 @pytest.mark.parametrize("spooled", [False, True])
-async def test_a_next_site_found_older_is_offered_the_name_again_later_and_takes_it_once_upgraded(
-        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Sites are upgraded one at a time: a next site found older than site names gets hand-ons in the 2014 form
-    # for a while (an hour), then the full form again, which it takes once it has been upgraded.
-    monkeypatch.setattr(handon, "OLDER_SITE_RECHECK", 0.5)
+async def test_a_next_site_upgraded_meanwhile_gets_the_full_form_from_its_next_connection(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool) -> None:
+    # Sites are upgraded one at a time: a next site without the handshake gets hand-ons in the 2014 form, and
+    # once upgraded (restarted), the full form at once: each connection learns anew what it speaks.
     early, late = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(2)]
 
     def lines_of(record: Record) -> list[bytes]:
@@ -408,17 +407,23 @@ async def test_a_next_site_found_older_is_offered_the_name_again_later_and_takes
         await action.run(early)
         await eventually(lambda: taken_plain(early), 20, what="the first hand-on, without the name")
         peer.upgrade()
-        await asyncio.sleep(0.6)
         await action.run(late)
         await eventually(lambda: taken_named(late), 20, what="the later hand-on, with the name")
         assert not await taken_plain(late)
 
 
+REWORDED = {"its parser's words": None, "other words": lambda key: f"Schlüssel {key} unbekannt",
+            "no words": lambda key: ""}
+"""How an older push daemon words its refusal: what the hand-on does must not depend on it."""
+
+
+@pytest.mark.parametrize("wording", REWORDED)
 @pytest.mark.parametrize("spooled", [False, True])
 async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_name(
-        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool) -> None:
+        daemon: RsyncDaemon, source: Path, tmp_path: Path, spooled: bool, wording: str) -> None:
     records = [make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(3)]
-    async with handing_on_to_an_older_site(daemon, tmp_path, spooled) as (peer, action):
+    older = OlderPeer(REWORDED[wording])
+    async with handing_on_to_an_older_site(daemon, tmp_path, spooled, older) as (peer, action):
         for record in records:
             await action.run(record)
 
@@ -426,7 +431,8 @@ async def test_a_next_site_older_than_site_names_gets_the_hand_on_without_the_na
             return sum(1 for line in peer.lines if not line.startswith(b"{")) == 3
 
         await eventually(all_taken, 20)
-    assert [line for line in peer.lines if line.startswith(b"{")] == [peer.lines[0]], "refused once, for the name"
+    assert not [line for line in peer.lines if line.startswith(b"{")], "never refused: sent in the form it takes"
+    assert peer.hellos >= 1
     if spooled:
         status = read_spool_status(str(tmp_path / "handon"))
         assert (status.pending, status.refused) == (0, 0)
@@ -441,13 +447,41 @@ async def test_an_xxh128_record_is_never_handed_to_a_site_older_than_algorithm_n
     action = make_action(tmp_path, site="mountain", checksum="xxh128", **hand_on_options(daemon, site))
     await action.start()
     try:
-        with pytest.raises(ActionError, match="older than checksum algorithms: it cannot take xxh128 checksums"):
+        with pytest.raises(ActionError, match=r"does not speak checksum algorithms .*: it cannot take xxh128 "
+                                              r"checksums"):
             await action.run(record)
     finally:
         await action.close()
         server.close()
         await server.wait_closed()
     assert all(line.startswith(b"{") for line in peer.lines), "never sent in the plain form, as if md5"
+
+
+async def test_a_refusal_in_an_older_sites_words_from_a_site_that_answers_the_handshake_refuses_the_record(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path) -> None:
+    # Once, those words made the hand-on send the record again without its names; now only the handshake counts.
+    record = make_file(source, "a.fits", DATA)
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            lines.append(line)
+            writer.write(hello_line() if is_hello(line) else
+                         b"Error: unknown JSON key 'site'; expected only ['checksum', 'path', 'size']\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, LOOPBACK, 0)
+    action = make_action(tmp_path, site="mountain",
+                         **hand_on_options(daemon, f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"))
+    await action.start()
+    try:
+        with pytest.raises(ActionError, match="refused the record: unknown JSON key 'site'"):
+            await action.run(record)
+    finally:
+        await action.close()
+        server.close()
+        await server.wait_closed()
+    assert len(lines) == 2 and json.loads(lines[1])[SITE_KEY] == "mountain", "the hello, then the record once"
 
 
 async def test_a_full_custody_makes_hand_ons_wait_as_for_an_outage(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.errors import InvalidRecord
+from dataq.handshake import is_hello, parse_hello
 from dataq.protocol import clean_message
 from dataq.record import format_line, parse_line
 from tests.conftest import TEST_APPENDFSYNC
@@ -29,9 +30,15 @@ record_like = st.builds(
     st.one_of(st.integers(-5, 10**20).map(str), st.text(max_size=5)),
     st.sampled_from([" ", "\t", "  ", " \r"]),
 )
+hello_like = st.builds(
+    lambda speaks, version: b'{"hello":"dataq","version":' + version + b',"speaks":' + speaks + b"}",
+    st.one_of(st.just(b'["site","receipts"]'), st.just(b'["fly"]'), st.just(b'"site"'), st.binary(max_size=10)),
+    st.one_of(st.just(b'"0.9.1"'), st.just(b"7"), st.binary(max_size=5)),
+)
 lines = st.one_of(
     st.binary(max_size=MAX_LINE + 20),
     record_like,
+    hello_like,
     st.binary(min_size=MAX_LINE - 2, max_size=MAX_LINE + 2),
 ).map(lambda line: line.replace(b"\n", b""))
 
@@ -55,6 +62,8 @@ def expected_reply(line: bytes) -> tuple[str, str]:
     if len(line) > MAX_LINE:
         return "Error: ", f"line longer than {MAX_LINE} bytes"
     try:
+        if is_hello(line):
+            return "hello", parse_hello(line).answer().decode().rstrip("\n")
         record = parse_line(line)
     except InvalidRecord as exc:
         return "Error: ", clean_message(str(exc))
@@ -86,6 +95,8 @@ def test_random_lines_each_get_exactly_one_reply_in_order_and_the_connection_sta
         text = reply.decode()
         if marker == "Error: ":
             assert text == marker + rest, line
+        elif marker == "hello":
+            assert text == rest, line
         else:
             assert text in (f"Pushed ID={rest}", f"Ignored ID={rest}"), line
     assert replies[-1].decode() in (f"Pushed ID={GOOD.checksum}", f"Ignored ID={GOOD.checksum}")

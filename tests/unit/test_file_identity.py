@@ -13,15 +13,15 @@ import pytest
 from dataq import file_identity
 from dataq.errors import InvalidRecord
 from dataq.file_identity import SETTLED_NS, filesystem_of, identity_of, settled
+from dataq.handshake import Capability
 from dataq.record import (
     Record,
     RecordRules,
     decode_stored,
     encode_stored,
+    form_for,
     format_line,
     parse_line,
-    plain_form,
-    refused_as_older,
 )
 
 SECOND = 1_000_000_000
@@ -129,12 +129,13 @@ def test_a_bad_identity_is_refused_naming_what_is_wrong(identity: object, messag
         parse_line(line)
 
 
-def test_a_push_daemon_older_than_identities_gets_the_line_without_it() -> None:
+def test_a_push_daemon_that_does_not_speak_identities_gets_the_line_without_it() -> None:
     line = (format_line(RECORD, with_identity=True) + "\n").encode()
-    assert refused_as_older(f"unknown JSON key 'identity'; expected only {sorted(['path', 'checksum', 'size'])}")
-    assert plain_form(line) == f"/data/a.fits {'0' * 32} 12\n".encode()
+    assert form_for(line, frozenset()) == f"/data/a.fits {'0' * 32} 12\n".encode()
+    assert form_for(line, frozenset({Capability.ALGORITHM})) == (json.dumps(
+        {"path": "/data/a.fits", "checksum": "0" * 32, "size": 12, "algorithm": "md5"}) + "\n").encode()
     fast = (format_line(replace(RECORD, algorithm="xxh128"), with_identity=True) + "\n").encode()
-    assert json.loads(plain_form(fast)) == {"path": "/data/a.fits", "checksum": "0" * 32, "size": 12,
+    assert json.loads(form_for(fast, frozenset())) == {"path": "/data/a.fits", "checksum": "0" * 32, "size": 12,
                                             "algorithm": "xxh128"}, "an xxh128 record keeps its algorithm"
 
 

@@ -9,15 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataq.errors import InvalidRecord
+from dataq.handshake import LEGACY, OURS, Capability
 from dataq.record import (
     MAX_PATH_LENGTH,
     MAX_SIZE,
     Record,
     RecordRules,
     _parse_line_fully,
+    form_for,
     handon_line,
     parse_line,
-    plain_form,
 )
 
 printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
@@ -101,16 +102,25 @@ def test_a_hand_on_line_names_the_site_it_comes_from_and_strips_back_to_the_olde
     line = handon_line(record, "mountain")
     parsed = parse_line(line)
     assert (parsed.path, parsed.checksum, parsed.size, parsed.source) == (record.path, record.checksum, 12, "mountain")
-    plain = plain_form((line + "\n").encode())
+    plain = form_for((line + "\n").encode(), LEGACY.capabilities)
     assert parse_line(plain) == record and b"site" not in plain
-    assert plain_form(b"/data/a.fits " + b"0" * 32 + b" 12\n") == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+    assert form_for(b"/data/a.fits " + b"0" * 32 + b" 12\n", frozenset()) == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+    assert form_for((line + "\n").encode(), OURS) == (line + "\n").encode(), "a peer that speaks it all gets it all"
+
+
+def test_a_peer_that_speaks_site_names_but_not_algorithms_gets_the_name_only() -> None:
+    line = (handon_line(Record("/data/a.fits", "0" * 32, 12), "mountain") + "\n").encode()
+    assert json.loads(form_for(line, frozenset({Capability.SITE}))) == {
+        "path": "/data/a.fits", "checksum": "0" * 32, "size": 12, "site": "mountain"}
 
 
 def test_a_hand_on_line_names_its_algorithm_and_has_no_older_form_unless_md5() -> None:
     record = Record("/data/a.fits", "0" * 32, 12)
     assert '"algorithm": "md5"' in handon_line(record, "mountain")
     fast = (handon_line(record, "mountain", "xxh128") + "\n").encode()
-    assert plain_form(fast) == fast, "an older site knows md5 only: an xxh128 record must stay refused"
+    assert json.loads(form_for(fast, frozenset())) == {
+        "path": "/data/a.fits", "checksum": "0" * 32, "size": 12, "algorithm": "xxh128"}, \
+        "a peer that does not speak algorithms knows md5 only: an xxh128 record must stay refused"
 
 
 @pytest.mark.parametrize(("site", "message"), [(7, "site 7 is not a site name"),
