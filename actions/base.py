@@ -28,15 +28,15 @@ without a default is a required key. An options field named ``timeout`` (seconds
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataq.config import QueueSettings
+from dataq.custody.keeper import Custody
 from dataq.ops.notices import Notifier
 from dataq.record import Record
-from dataq.store.custody import CustodyEntry, Settle
 
 from .batcher import BatchOptions
 
@@ -46,30 +46,6 @@ class Leases(Protocol):
 
     def lease(self, name: str, *, ttl: float, wait: float) -> AbstractAsyncContextManager[None]:
         """Hold lease ``name`` inside the block; LeaseLost if not taken within ``wait`` s or found lost after."""
-        ...
-
-
-class Custody(Protocol):
-    """The queue's custody set (:mod:`dataq.store.custody`; the pop daemon's store provides it)."""
-
-    def keep(self, entries: Sequence[CustodyEntry], first_ask: float, now: float | None = None) -> Awaitable[int]:
-        """Put records in custody (or keep them there); the number in custody after."""
-        ...
-
-    def custody_due(self, limit: int, now: float | None = None) -> Awaitable[list[CustodyEntry]]:
-        """Records whose next site is due to be asked."""
-        ...
-
-    def custody_count(self) -> Awaitable[int]:
-        """Records in custody."""
-        ...
-
-    def oldest_in_custody(self, limit: int) -> Awaitable[list[CustodyEntry]]:
-        """The records longest in custody, the oldest first."""
-        ...
-
-    def settle(self, ops: Sequence[Settle], resend_wait: float, now: float | None = None) -> Awaitable[list[bool]]:
-        """Apply what the next site answered."""
         ...
 
 

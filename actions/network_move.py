@@ -23,7 +23,7 @@ Options (``[queues.NAME.network_move]``):
 ``remove_source`` (default false)
     ``true``: delete the source once the file is verified at the destination and, with ``next_sites``, handed
     on. ``"after_receipt"`` (needs ``next_sites``): delete it only once the next site's receipt says the end of
-    the chain holds the file (:mod:`dataq.actions.custody`; ``docs/custody.md``).
+    the chain holds the file (:mod:`dataq.custody`; ``docs/custody.md``).
 ``io_timeout`` (default 60)
     Seconds rsync may see no data before it gives up (its ``--timeout`` and, for a daemon, ``--contimeout``).
 ``timeout`` (default: the queue's ``action_timeout``)
@@ -109,11 +109,11 @@ from dataq.record import Record
 from .base import Action, ActionContext
 from .batcher import MicroBatcher
 from .connections import Connections
-from .custody import SenderCustody
 from .files import SourceMismatch, SourceRead, in_thread, read_source_sync, remove_source_sync
 from .handon import HandOn
 from .layout import record_values, render
 from .move_batch import BatchMove, Move
+from .move_custody import SenderCustody
 from .move_options import NetworkMoveOptions
 from .rsync import (
     Completed,

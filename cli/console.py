@@ -14,12 +14,12 @@ from typing import NoReturn
 import click
 
 from dataq.config import REDIS_URL_ENV, SYSTEM_CONFIG, QueueSettings, Settings, describe_source
+from dataq.custody.desk import ReceiptDesk
+from dataq.custody.journey import Tracer
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
 from dataq.feed.link import client_tls_context
 from dataq.logs import configure_logging
-from dataq.ops.answers import ReceiptDesk
-from dataq.ops.journey import Tracer
 from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from dataq.ops.custody_report import CustodyReport
+from dataq.custody.journey import Hop, latencies
+from dataq.custody.report import CustodyReport
 from dataq.ops.documents import when
-from dataq.ops.journey import Hop, latencies
 
 
 def _seconds(value: float | None) -> str:

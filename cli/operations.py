@@ -13,11 +13,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from dataq.ops.custody_report import custody_report
+from dataq.custody.journey import Tracer
+from dataq.custody.receipts import UNKNOWN
+from dataq.custody.report import custody_report
 from dataq.ops.health import check_health, rates, unreachable_destinations
-from dataq.ops.journey import Tracer
 from dataq.protocol import ignored_reply, pushed_reply
-from dataq.receipts import UNKNOWN
 from dataq.record import Record, RecordRules
 from dataq.store import Flag, QueueList, QueueStore
 

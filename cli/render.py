@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from dataq.ops.custody_report import CustodyReport
+from dataq.custody.journey import Hop, latencies
+from dataq.custody.report import CustodyReport
 from dataq.ops.documents import (
     describe_place,
     event_doc,
@@ -25,7 +26,6 @@ from dataq.ops.documents import (
     worker_doc,
 )
 from dataq.ops.health import Rates, Unreachable, replication_problems
-from dataq.ops.journey import Hop, latencies
 from dataq.record import Record, format_list_line
 from dataq.store import ClusterMember, Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
 

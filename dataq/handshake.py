@@ -52,7 +52,7 @@ class Capability(enum.StrEnum):
     IDENTITY = "identity"
     """A record line's ``"identity"`` key: the file its feeder hashed, so actions need not read it again."""
     RECEIPTS = "receipts"
-    """Receipts queries (:mod:`dataq.receipts`): where a record handed on is now, to the end of the chain."""
+    """Receipts queries (:mod:`dataq.custody.receipts`): where a record handed on is now, to the end of the chain."""
 
 
 OURS: Final = frozenset(Capability)

@@ -10,7 +10,7 @@ the order the lines came, with exactly one of
   the write, not the record: ``Error: not replicated to N replica(s) within T s`` (with ``min_replicas``); the
   feeder sends the record again, and is answered ``Pushed`` if the first write had landed after all.
 
-A receipts line (``{"receipts": [...]}``, :mod:`dataq.receipts`) is answered with one line per id instead.
+A receipts line (``{"receipts": [...]}``, :mod:`dataq.custody.receipts`) is answered with one line per id instead.
 The first two are the 2014 data-q's wording, so its feeders keep working; every reply ends with ``\\n`` so a
 pipelining feeder can frame them. One reply is not tied to a line: :data:`TOO_MANY_CONNECTIONS`, sent right
 before the daemon closes a connection it cannot serve. This module formats and parses replies and frames

@@ -7,8 +7,8 @@ family (``..._bucket``, ``_sum`` and ``_count`` are its series), counters with t
 
 from __future__ import annotations
 
+from dataq.custody.metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT
 from dataq.feed.metrics import FEED_METRICS
-from dataq.ops.custody_metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT
 from dataq.ops.metrics import DAEMON_METRICS
 from dataq.ops.process_metrics import PROCESS_METRICS
 

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from dataq.custody.metrics import custody_families, is_receipt_counter
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
-from dataq.ops.custody_metrics import custody_families, is_receipt_counter
 from dataq.ops.exposition import FamiliesCollector, one_sample
 from dataq.ops.health import Rates, rates
 from dataq.ops.process_metrics import add_process_collectors

@@ -27,14 +27,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dataq.custody.desk import ReceiptDesk
+from dataq.custody.receipts import ReceiptQuery
 from dataq.errors import NotReplicated, StoreError
 from dataq.handshake import Hello
 from dataq.logs import get_logger
-from dataq.ops.answers import ReceiptDesk
 from dataq.protocol import error_reply, ignored_reply, pushed_reply
 from dataq.push.gate import BLOCK_BACKLOG, BLOCK_REDIS, Gate
 from dataq.push.unconfirmed import Item, Replay, Unconfirmed
-from dataq.receipts import ReceiptQuery
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse

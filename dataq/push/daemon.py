@@ -20,10 +20,10 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import cast
 
 from dataq.config import PushSettings, QueueSettings, Settings
+from dataq.custody.desk import ReceiptDesk
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, StoreError
 from dataq.logs import get_logger
-from dataq.ops.answers import ReceiptDesk
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier
 from dataq.push.committer import PIPELINE_DEPTH, REPLICATED_PIPELINE_DEPTH, Committer

@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from typing import cast
 
 from dataq.addresses import peer_text
+from dataq.custody.receipts import is_query, parse_query
 from dataq.errors import InvalidRecord
 from dataq.handshake import Capability, is_hello, parse_hello
 from dataq.logs import get_logger
 from dataq.protocol import TOO_MANY_CONNECTIONS, LineFramer, OverLong, error_reply
 from dataq.push.committer import Committer, Entry
 from dataq.push.gate import BLOCK_STOPPING, Gate
-from dataq.receipts import is_query, parse_query
 from dataq.record import RecordRules, parse_line
 
 CONNECTION_WINDOW = 10_000

@@ -1,7 +1,7 @@
 """Where a queue remembers its done records: ids kept for ``remember_done`` seconds, at a few dozen bytes each.
 
 A push of an id done within that time is answered ``Ignored`` (a file sent twice is not moved twice), and a
-receipt query about it is answered ``done`` (:mod:`dataq.receipts`). Both look an id up on the record path, so
+receipt query about it is answered ``done`` (:mod:`dataq.custody.receipts`). Both look an id up on the record path, so
 the lookup is a fixed number of hash reads, never a scan, and expiry is Redis's own:
 
 * Time is cut into *generations* of ``remember_done`` seconds. A record done in generation ``g`` is written to

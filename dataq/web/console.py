@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataq.config import Settings
+from dataq.custody.report import chain_of, custody_report
 from dataq.errors import DataqError
-from dataq.ops.custody_report import chain_of, custody_report
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
 from dataq.ops.health import rates, unreachable_destinations
 from dataq.store import Flag, QueueList, QueueStore

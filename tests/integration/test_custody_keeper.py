@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dataq.actions.custody import CustodyKeeper, KeeperOptions, remove_if_unchanged
+from dataq.custody.keeper import CustodyKeeper, KeeperOptions, remove_if_unchanged
 from dataq.embedded.redis_server import free_port
 from dataq.ops.notices import KIND_RECEIPT_OVERDUE, Notice
 from dataq.record import Record

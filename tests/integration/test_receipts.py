@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from dataq.custody.client import ask
+from dataq.custody.metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT, custody_families
+from dataq.custody.receipts import MAX_RECEIPT_IDS
 from dataq.errors import DataqError
 from dataq.feed.link import client_tls_context
-from dataq.feed.receipts_client import ask
-from dataq.ops.custody_metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT, custody_families
-from dataq.receipts import MAX_RECEIPT_IDS
 from dataq.store import CustodyEntry, QueueStore, Settle
 from dataq.store.remembered import Done, parse_done
 from tests.helpers import make_records

@@ -20,7 +20,8 @@ PARSER = ROOT / "dataq" / "record.py"
 REFUSAL_TEXTS = ("unknown JSON key", "expected 3 fields", "is not a site name")
 """Words of refusals a peer's parser writes: an older dataq's, or this one's."""
 READ_FIELDS = {"detail", "error"}
-"""What a reply (:class:`~dataq.protocol.Reply`) or an answer (:class:`~dataq.receipts.Receipt`) says in words."""
+"""What a reply (:class:`~dataq.protocol.Reply`) or a receipt (:class:`~dataq.custody.receipts.Receipt`) says in
+words."""
 
 
 def sources() -> list[Path]:

@@ -1,11 +1,11 @@
-"""How a push daemon answers a receipts query (:mod:`dataq.receipts`) from what its site knows of each id."""
+"""How a push daemon answers a receipts query (:mod:`dataq.custody.receipts`) from what its site knows of each id."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dataq.custody.receipts import DONE, PENDING, REFUSED, UNKNOWN, Receipt, ReceiptQuery, parse_answer
 from dataq.errors import InvalidRecord, ProtocolError
-from dataq.receipts import DONE, PENDING, REFUSED, UNKNOWN, Receipt, ReceiptQuery, parse_answer
 from dataq.store import CustodyEntry, Known, Tracked
 from dataq.store.remembered import Done
 
@@ -23,7 +23,7 @@ class ReceiptDesk:
     next_sites: tuple[str, ...] = ()
 
     def answer(self, record_id: str, known: Known) -> Receipt:
-        """The answer about ``record_id``; see :mod:`dataq.receipts` for when a site says which."""
+        """The answer about ``record_id``; see :mod:`dataq.custody.receipts` for when a site says which."""
         extra: dict[str, object] = {"from": self.site}
         if self.next_sites:
             extra["next"] = list(self.next_sites)

@@ -29,32 +29,25 @@ import os
 import ssl
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from dataq.addresses import host_port_text
-from dataq.errors import DataqError, Retryable
-from dataq.feed.receipts_client import ReceiptsNotSpoken, ask
+from dataq.config.feed_settings import parse_target
+from dataq.custody.client import ReceiptsNotSpoken, ask
+from dataq.custody.receipts import DONE, PENDING, UNKNOWN, Receipt
+from dataq.errors import DataqError
 from dataq.handshake import PeerBook
 from dataq.logs import get_logger
-from dataq.ops.custody_report import PEERS_KEY
 from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
-from dataq.receipts import DONE, PENDING, UNKNOWN, Receipt
-from dataq.record import Record
 from dataq.runtime.supervise import cancel_and_wait
 from dataq.store.custody import CustodyEntry, Settle
-
-from .base import ActionContext, Custody
-from .batcher import MicroBatcher
-from .handon import HandOn, parse_site
-from .move_options import NetworkMoveOptions
 
 _RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
 DUE_PER_ROUND = 1000
 """Custody entries one round asks about at most."""
-KEEPS_PER_CALL = 1000
-"""Custody entries one Redis call keeps at most."""
 ALARM_EXAMPLES = 5
 """Records an overdue-receipt notice names."""
 ALARM_MIN_INTERVAL = 3600.0
@@ -64,6 +57,30 @@ log = get_logger()
 
 SourceCheck = Callable[[CustodyEntry], None]
 """Deletes a record's source if it is still the file that was sent (the action's, run in a thread)."""
+
+
+class Custody(Protocol):
+    """The queue's custody set (:mod:`dataq.store.custody`; the pop daemon's store provides it)."""
+
+    def keep(self, entries: Sequence[CustodyEntry], first_ask: float, now: float | None = None) -> Awaitable[int]:
+        """Put records in custody (or keep them there); the number in custody after."""
+        ...
+
+    def custody_due(self, limit: int, now: float | None = None) -> Awaitable[list[CustodyEntry]]:
+        """Records whose next site is due to be asked."""
+        ...
+
+    def custody_count(self) -> Awaitable[int]:
+        """Records in custody."""
+        ...
+
+    def oldest_in_custody(self, limit: int) -> Awaitable[list[CustodyEntry]]:
+        """The records longest in custody, the oldest first."""
+        ...
+
+    def settle(self, ops: Sequence[Settle], resend_wait: float, now: float | None = None) -> Awaitable[list[bool]]:
+        """Apply what the next site answered."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +190,7 @@ class CustodyKeeper:
 
     async def _ask_one(self, candidate: str, ids: list[str]) -> list[Receipt] | None:
         """``candidate``'s answers about ``ids``; None if it cannot answer (down, or it does not speak receipts)."""
-        host, port = parse_site(candidate)
+        host, port = parse_target(candidate)
         try:
             receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout,
                                  peer=self.peers[host_port_text(host, port)])
@@ -251,69 +268,3 @@ def remove_if_unchanged(entry: CustodyEntry) -> None:
                   error=exc.strerror or str(exc))
         return
     log.info("source removed after its receipt", id=entry.record.id, path=path)
-
-
-class SenderCustody:
-    """What ``network_move`` does for custody: keep each record it hands on, and run the keeper beside it."""
-
-    def __init__(self, hand_on: HandOn, context: ActionContext, options: NetworkMoveOptions) -> None:
-        self.hand_on, self.context, self.options = hand_on, context, options
-        self.keeper: CustodyKeeper | None = None
-        self._stop = asyncio.Event()
-        self._held = 0
-        """Records in custody, as last read (each keep says)."""
-        self._keeps: MicroBatcher[CustodyEntry, int] = MicroBatcher(self._keep_batch, size=KEEPS_PER_CALL, age=0.0)
-        """Group commit of the keeps: one call while another is at Redis takes every keep that came meanwhile."""
-
-    def start(self) -> None:
-        """Start the keeper (after the hand-on, whose TLS and spool it uses)."""
-        custody, options = self.context.custody, self.options
-        if custody is None or not options.custody:
-            return
-        keeper_options = KeeperOptions(options.next_sites, self.context.site, options.receipt_interval,
-                                       options.resend_after, options.receipt_alarm, options.handon_timeout,
-                                       options.after_receipt, self.context.queue.name)
-        self.keeper = CustodyKeeper(custody, keeper_options, tls=self.hand_on.tls, remove_source=remove_if_unchanged,
-                                    notifier=self.context.notifier, spooled=self.hand_on.spooled,
-                                    peers=self.hand_on.peers)
-        self.keeper.start(self._stop)
-
-    async def check_room(self) -> None:
-        """Before a hand-on: Retryable while custody holds ``custody_max`` records (the queue waits, as for an
-        outage, until receipts make room), so custody stays bounded."""
-        custody, options = self.context.custody, self.options
-        if custody is None or not options.custody or self._held < options.custody_max:
-            return
-        self._held = await custody.custody_count()
-        if self._held >= options.custody_max:
-            raise Retryable(f"custody is full: {self._held} records handed on wait for their receipts "
-                            f"(custody_max {options.custody_max})",
-                            destination="custody (receipts from the next sites)")
-
-    async def keep(self, record: Record, site: str, identity: tuple[int, ...] | None) -> None:
-        """Put a record just handed on to ``site`` in custody (records kept at once share one Redis call)."""
-        if self.context.custody is None or not self.options.custody:
-            return
-        self._held = await self._keeps.submit(CustodyEntry(record, site, time.time(), identity=identity))
-
-    async def _keep_batch(self, entries: list[CustodyEntry]) -> list[int]:
-        assert self.context.custody is not None
-        now = time.time()
-        held = await self.context.custody.keep(entries, now + self.options.receipt_interval, now)
-        return [held] * len(entries)
-
-    def status(self) -> Mapping[str, object]:
-        """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
-        keeper = self.keeper
-        if keeper is None or not (keeper.down or keeper.no_receipts):
-            return {}
-        problems = {site: f"does not answer: {error}" for site, error in keeper.down.items()}
-        problems.update({site: f"does not speak receipts, so its records stay in custody and their sources are "
-                               f"kept: {speaks}" for site, speaks in keeper.no_receipts.items()})
-        return {PEERS_KEY: problems}
-
-    async def close(self, grace: float) -> None:
-        await self._keeps.close(grace)
-        self._stop.set()
-        if self.keeper is not None:
-            await self.keeper.close()

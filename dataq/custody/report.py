@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataq.ops.answers import pending_further_on
+from dataq.custody.desk import pending_further_on
 from dataq.store import QueueStore, Summary, Worker
 
 CHAIN_SAMPLE = 100

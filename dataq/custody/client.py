@@ -1,4 +1,4 @@
-"""Asking a next site's push daemon for receipts (:mod:`dataq.receipts`), over the connection type (and TLS or
+"""Asking a next site's push daemon for receipts (:mod:`dataq.custody.receipts`), over the connection type (and TLS or
 mutual TLS) the hand-on uses, once its handshake has said it speaks them."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import ssl
 from collections.abc import Sequence
 
 from dataq.addresses import host_port_text
+from dataq.custody.receipts import REFUSED, Receipt, parse_answer, query_line
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
 from dataq.handshake import Capability, Greeting, Peer, greet
-from dataq.receipts import REFUSED, Receipt, parse_answer, query_line
 
 IDS_PER_LINE = 100
 """Ids per receipts line: a line of 100 md5 ids is about 3.5 KB, far below any push daemon's line limit."""

@@ -2,8 +2,8 @@
 
 The first hop is what this site knows (from its Redis, answered as its push daemon would answer a receipt
 query); each further hop is the answer of the site the previous one hands records on to, asked over the wire
-(:mod:`dataq.receipts`) like the custody keeper asks it. The walk ends at the site that does not know the record,
-a site that cannot be reached, or the end of the chain.
+(:mod:`dataq.custody.receipts`) like the custody keeper asks it. The walk ends at the site that does not know the
+record, a site that cannot be reached, or the end of the chain.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import ssl
 from dataclasses import dataclass
 
 from dataq.config.feed_settings import parse_target
+from dataq.custody.client import ask
+from dataq.custody.desk import CUSTODY_STATE, ReceiptDesk
+from dataq.custody.receipts import DONE, PENDING, Receipt
 from dataq.errors import DataqError
-from dataq.feed.receipts_client import ask
-from dataq.ops.answers import CUSTODY_STATE, ReceiptDesk
-from dataq.receipts import DONE, PENDING, Receipt
 from dataq.store import QueueStore
 
 MAX_HOPS = 16
