@@ -181,7 +181,7 @@ async def redis_costs(args: argparse.Namespace) -> list[str]:
         before = await store.r.info("commandstats")
         started = time.perf_counter()
         for first in range(0, len(ids), 1000):
-            known = await store.answer(ids[first:first + 1000], max_errors=0)
+            known = await store.whereabouts(ids[first:first + 1000], max_errors=0)
             assert all(item is not None for item in known)
         wall = time.perf_counter() - started
         after = await store.r.info("commandstats")

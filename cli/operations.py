@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from dataq.custody.journey import Tracer
-from dataq.custody.receipts import UNKNOWN
+from dataq.custody.receipts import ReceiptKind
 from dataq.custody.report import custody_report
 from dataq.ops.health import check_health, rates, unreachable_destinations
 from dataq.protocol import ignored_reply, pushed_reply
@@ -236,7 +236,7 @@ async def _trace(ctx: Context) -> None:
     assert ctx.tracer is not None
     hops = await ctx.tracer.trace(ctx.store, ctx.request.trace)
     ctx.out.trace(ctx.request.trace, hops)
-    if hops[0].state == UNKNOWN:
+    if hops[0].state == ReceiptKind.UNKNOWN:
         ctx.status = EXIT_FAILURE
 
 

@@ -2,7 +2,7 @@
 only then may its source go (``remove_source = "after_receipt"``; ``docs/custody.md``).
 
 Custody is one feature in one package; only its Redis access lives apart, in the store (``store/custody.py`` and
-the scripts ``custody_keep.lua``, ``custody_settle.lua`` and ``receipts.lua``), as the layering rules require.
+the scripts ``custody_keep.lua``, ``custody_step.lua`` and ``receipts.lua``), as the layering rules require.
 
 * :mod:`.receipts`: the wire form: a receipts query and its answers (``done``, ``pending``, ``unknown``);
 * :mod:`.desk`: the answering side: what a push daemon answers about an id from what its site knows;

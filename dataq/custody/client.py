@@ -9,7 +9,7 @@ import ssl
 from collections.abc import Sequence
 
 from dataq.addresses import host_port_text
-from dataq.custody.receipts import REFUSED, Receipt, parse_answer, query_line
+from dataq.custody.receipts import Receipt, ReceiptKind, parse_answer, query_line
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
 from dataq.handshake import Capability, Greeting, Peer, greet
@@ -66,7 +66,9 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             if not line.endswith(b"\n"):
                 raise ConnectionResetError("the connection closed before every id was answered")
             answer = parse_answer(line)
-            if answer.kind != REFUSED and answer.record_id != chunk[position]:
+            if answer.kind is not ReceiptKind.REFUSED and answer.record_id != chunk[position]:
                 raise ProtocolError(f"the answer about {answer.record_id} came in the place of {chunk[position]}")
-            answers.append(answer if answer.record_id else Receipt(REFUSED, chunk[position], error=answer.error))
+            if not answer.record_id:  # a refusal names no id: it is this position's
+                answer = Receipt(ReceiptKind.REFUSED, chunk[position], error=answer.error)
+            answers.append(answer)
     return answers

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataq.custody.receipts import DONE, PENDING, REFUSED, UNKNOWN, Receipt, ReceiptQuery, parse_answer
-from dataq.errors import InvalidRecord, ProtocolError
+from dataq.custody.receipts import Receipt, ReceiptKind, ReceiptQuery
+from dataq.errors import InvalidRecord
 from dataq.store import CustodyEntry, Known, Tracked
 from dataq.store.remembered import Done
 
@@ -30,29 +30,30 @@ class ReceiptDesk:
         if isinstance(known, Tracked):
             if known.pushed_at is not None:
                 extra["pushed"] = round(known.pushed_at, 3)
-            return Receipt(PENDING, record_id, self.site, state=known.state, error=known.last_error, extra=extra)
+            return Receipt(ReceiptKind.PENDING, record_id, self.site, state=known.state, error=known.last_error,
+                           extra=extra)
         if isinstance(known, CustodyEntry):
             return self._in_custody(record_id, known, extra)
         if isinstance(known, Done):
             extra.update(pushed=round(known.pushed_at, 3), done=round(known.done_at, 3))
             if self.next_sites and known.end_at is None:
                 # Done here before custody existed, or its custody lost: nothing here says the chain has it.
-                return Receipt(PENDING, record_id, self.site, state=CUSTODY_STATE,
+                return Receipt(ReceiptKind.PENDING, record_id, self.site, state=CUSTODY_STATE,
                                error="no receipt from the next site", extra=extra)
-            return Receipt(DONE, record_id, self.site, at=known.confirmed_at, extra=extra)
-        return Receipt(UNKNOWN, record_id, self.site, extra=extra)
+            return Receipt(ReceiptKind.DONE, record_id, self.site, at=known.confirmed_at, extra=extra)
+        return Receipt(ReceiptKind.UNKNOWN, record_id, self.site, extra=extra)
 
     def _in_custody(self, record_id: str, entry: CustodyEntry, extra: dict[str, object]) -> Receipt:
         extra.update(pushed=round(entry.record.pushed_at or 0.0, 3), handed=round(entry.handed_at, 3))
         if entry.site:
             extra["next"] = [entry.site]
-        further = pending_further_on(entry.answer)
-        if further is not None:
+        last = entry.last
+        if last is not None and last.receipt == ReceiptKind.PENDING:
             # Where the record is further on, as the next site said last time it was asked.
-            return Receipt(PENDING, record_id, further.site, state=further.state, error=further.error,
+            return Receipt(ReceiptKind.PENDING, record_id, last.site, state=last.state, error=last.error,
                            extra={**extra, "via": self.site})
-        waiting = f"waiting for {entry.site or 'the hand-on spool'}"
-        return Receipt(PENDING, record_id, self.site, state=CUSTODY_STATE, error=entry.answer or waiting, extra=extra)
+        waiting = last.describe() if last is not None else f"waiting for {entry.site or 'the hand-on spool'}"
+        return Receipt(ReceiptKind.PENDING, record_id, self.site, state=CUSTODY_STATE, error=waiting, extra=extra)
 
     def lines(self, query: ReceiptQuery, known: list[Known]) -> str:
         """The answer lines of one query, in order; ``known`` holds what is known of its valid ids, in order."""
@@ -60,19 +61,13 @@ class ReceiptDesk:
         parts = []
         for item in query.ids:
             if isinstance(item, InvalidRecord):
-                parts.append(Receipt(REFUSED, error=str(item)).line())
+                parts.append(Receipt(ReceiptKind.REFUSED, error=str(item)).line())
             else:
                 parts.append(self.answer(item, next(answers)).line())
         return "".join(parts)
 
 
-def pending_further_on(answer: str | None) -> Receipt | None:
-    """The pending receipt a custody entry keeps as its last answer: where the record is further on (None: the
-    entry keeps something else, or nothing)."""
-    if answer is None or not answer.startswith("{"):
-        return None
-    try:
-        receipt = parse_answer(answer)
-    except ProtocolError:
-        return None
-    return receipt if receipt.kind == PENDING else None
+def where_further_on(entry: CustodyEntry) -> str | None:
+    """The site further on where a record in custody is, as the next site said last (None: not said)."""
+    last = entry.last
+    return last.site if last is not None and last.receipt == ReceiptKind.PENDING and last.site else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import ask
 from dataq.custody.desk import CUSTODY_STATE, ReceiptDesk
-from dataq.custody.receipts import DONE, PENDING, Receipt
+from dataq.custody.receipts import Receipt, ReceiptKind
 from dataq.errors import DataqError
 from dataq.store import QueueStore
 
@@ -52,11 +52,11 @@ def hop_of(receipt: Receipt, address: str | None) -> Hop:
     extra = receipt.extra
     site = str(extra.get("from", receipt.site))
     pushed, done, handed = (_time(extra.get(name)) for name in ("pushed", "done", "handed"))
-    if receipt.kind == DONE:
-        return Hop(site, DONE, address, pushed, done, handed, confirmed=receipt.at)
-    if receipt.kind == PENDING and receipt.site != site:  # passed on from further: here it is handed on
+    if receipt.kind is ReceiptKind.DONE:
+        return Hop(site, ReceiptKind.DONE, address, pushed, done, handed, confirmed=receipt.at)
+    if receipt.kind is ReceiptKind.PENDING and receipt.site != site:  # passed on from further: here handed on
         return Hop(site, HANDED_ON, address, pushed, done, handed)
-    state = (receipt.state or PENDING) if receipt.kind == PENDING else receipt.kind
+    state = (receipt.state or receipt.kind) if receipt.kind is ReceiptKind.PENDING else receipt.kind
     return Hop(site, state, address, pushed, done, handed, detail=receipt.error)
 
 
@@ -73,7 +73,7 @@ class Tracer:
     within: float
 
     async def trace(self, store: QueueStore, record_id: str) -> list[Hop]:
-        (known,) = await store.answer([record_id], self.desk.max_errors)
+        (known,) = await store.whereabouts([record_id], self.desk.max_errors)
         receipt = self.desk.answer(record_id, known)
         hops = [hop_of(receipt, None)]
         while len(hops) < MAX_HOPS and _goes_on(hops[-1]):
@@ -104,7 +104,7 @@ class Tracer:
 
 def _goes_on(hop: Hop) -> bool:
     """Whether the record went further than this hop (so the next site is worth asking)."""
-    return hop.state in (DONE, HANDED_ON, CUSTODY_STATE)
+    return hop.state in (ReceiptKind.DONE, HANDED_ON, CUSTODY_STATE)
 
 
 def latencies(hops: list[Hop]) -> list[float | None]:

@@ -3,7 +3,7 @@ acts on the answers (see ``docs/custody.md``).
 
 Each round takes the custody entries due (:meth:`~dataq.store.custody.CustodyOps.custody_due`), asks the site
 each went to (records sent from the hand-on spool: every next site, the best answer winning; those still in the
-spool are not asked), and settles every answer in one atomic step per round:
+spool are not asked), and takes a step with every answer, all in one atomic call per round:
 
 * ``done``: with ``remove_source = "after_receipt"`` the source is deleted first (only if it is still the file
   that was sent), then the record leaves custody. A crash in between asks again, and deletes nothing twice;
@@ -36,15 +36,16 @@ from typing import Protocol
 from dataq.addresses import host_port_text
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import ReceiptsNotSpoken, ask
-from dataq.custody.receipts import DONE, PENDING, UNKNOWN, Receipt
+from dataq.custody.receipts import Receipt, ReceiptKind
 from dataq.errors import DataqError
 from dataq.handshake import PeerBook
 from dataq.logs import get_logger
 from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
 from dataq.runtime.supervise import cancel_and_wait
-from dataq.store.custody import CustodyEntry, Settle
+from dataq.store.custody import CustodyEntry, CustodyStep, LastAnswer
+from dataq.store.custody_codes import Step
 
-_RANK = {DONE: 3, PENDING: 2, UNKNOWN: 0}
+_RANK = {ReceiptKind.DONE: 3, ReceiptKind.PENDING: 2, ReceiptKind.UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
 DUE_PER_ROUND = 1000
 """Custody entries one round asks about at most."""
@@ -78,8 +79,9 @@ class Custody(Protocol):
         """The records longest in custody, the oldest first."""
         ...
 
-    def settle(self, ops: Sequence[Settle], resend_wait: float, now: float | None = None) -> Awaitable[list[bool]]:
-        """Apply what the next site answered."""
+    def apply_steps(self, steps: Sequence[CustodyStep], resend_wait: float,
+                    now: float | None = None) -> Awaitable[list[bool]]:
+        """Take the steps decided on what the next sites answered."""
         ...
 
 
@@ -140,30 +142,30 @@ class CustodyKeeper:
                     await stop.wait()
 
     async def round(self, now: float | None = None) -> bool:
-        """Ask about the entries due and settle the answers; True if a full round was due (more may be)."""
+        """Ask about the entries due and take a step with each; True if a full round was due (more may be)."""
         now = time.time() if now is None else now
         due = await self.custody.custody_due(DUE_PER_ROUND, now)
         by_site: dict[str, list[CustodyEntry]] = defaultdict(list)
         for entry in due:
             by_site[entry.site].append(entry)
-        ops: list[Settle] = []
+        steps: list[CustodyStep] = []
         for site, entries in by_site.items():
             asked = entries
             if not site and self.spooled is not None:
                 # Still in the hand-on spool: no next site can know it yet.
                 held = await self.spooled([entry.record.id for entry in entries])
-                ops += [Settle("w", entry, ask_at=now + self.options.interval) for entry in entries
-                        if entry.record.id in held]
+                steps += [CustodyStep(Step.ASK_LATER, entry, ask_at=now + self.options.interval)
+                          for entry in entries if entry.record.id in held]
                 asked = [entry for entry in entries if entry.record.id not in held]
             if asked:
-                ops += await self._ask(site, asked, now)
-        await self.custody.settle(ops, self.options.resend_after, now)
+                steps += await self._ask(site, asked, now)
+        await self.custody.apply_steps(steps, self.options.resend_after, now)
         await self._check_alarm(now)
         return len(due) >= DUE_PER_ROUND
 
-    async def _ask(self, site: str, entries: list[CustodyEntry], now: float) -> list[Settle]:
+    async def _ask(self, site: str, entries: list[CustodyEntry], now: float) -> list[CustodyStep]:
         """Ask ``site`` about ``entries`` (``""``, records sent from the spool: every next site, as any of them
-        may have taken them); the settle op of each."""
+        may have taken them); the step of each."""
         options = self.options
         candidates = [site] if site else list(options.sites)
         answered: list[list[Receipt]] = []
@@ -175,18 +177,17 @@ class CustodyKeeper:
             else:
                 answered.append(receipts)
         if not answered:
-            return [Settle("w", entry, ask_at=now + options.interval) for entry in entries]
-        ops = []
+            return [CustodyStep(Step.ASK_LATER, entry, ask_at=now + options.interval) for entry in entries]
+        steps = []
         for index, entry in enumerate(entries):
             receipt = max((receipts[index] for receipts in answered), key=lambda r: _RANK.get(r.kind, 1))
-            if receipt.kind == UNKNOWN and silent:
+            if receipt.kind is ReceiptKind.UNKNOWN and silent:
                 # Another next site may hold it: not a loss until every one of them says so.
-                answer = f"{receipt.describe()}; {', '.join(silent)} not answering"
-                ops.append(Settle("w", entry, ask_at=now + options.interval) if answer == entry.answer else
-                           Settle("p", entry, replacement=replace(entry, answer=answer), ask_at=now + options.interval))
+                steps.append(_kept(entry, receipt.last_answer(f"{', '.join(silent)} not answering"),
+                                   now + options.interval))
             else:
-                ops.append(await self._decide(entry, receipt, now))
-        return ops
+                steps.append(await self._decide(entry, receipt, now))
+        return steps
 
     async def _ask_one(self, candidate: str, ids: list[str]) -> list[Receipt] | None:
         """``candidate``'s answers about ``ids``; None if it cannot answer (down, or it does not speak receipts)."""
@@ -213,25 +214,21 @@ class CustodyKeeper:
             log.info("the next site speaks receipts now", site=candidate)
         return receipts
 
-    async def _decide(self, entry: CustodyEntry, receipt: Receipt, now: float) -> Settle:
+    async def _decide(self, entry: CustodyEntry, receipt: Receipt, now: float) -> CustodyStep:
         options = self.options
-        later = now + options.interval
-        if receipt.kind == DONE:
+        if receipt.kind is ReceiptKind.DONE:
             if options.after_receipt:
                 # Before the record leaves custody: a crash in between asks again, and the answer is done again.
                 await asyncio.to_thread(self.remove_source, entry)
-            return Settle("d", entry, end_at=receipt.at if receipt.at is not None else now)
-        answer = receipt.line().rstrip("\n") if receipt.kind == PENDING else receipt.describe()
-        if receipt.kind == UNKNOWN and now - entry.handed_at >= options.resend_after:
+            return CustodyStep(Step.DONE, entry, end_at=receipt.at if receipt.at is not None else now)
+        if receipt.kind is ReceiptKind.UNKNOWN and now - entry.handed_at >= options.resend_after:
             log.warning("the next site does not know a record handed on; sending it again", id=entry.record.id,
                         site=receipt.site, handed_on=entry.handed_at, resends=entry.resends + 1)
-            return Settle("r", entry, replacement=replace(entry, answer=f"{answer}; resent",
-                                                          resends=entry.resends + 1))
-        if receipt.kind not in (PENDING, UNKNOWN):
+            return CustodyStep(Step.RESEND, entry, replacement=replace(
+                entry, last=receipt.last_answer("resent"), resends=entry.resends + 1))
+        if receipt.kind is ReceiptKind.REFUSED:
             log.warning("the next site refused a receipt query", id=entry.record.id, error=receipt.error)
-        if answer == entry.answer:
-            return Settle("w", entry, ask_at=later)  # nothing new to keep: only asked again later (no rewrite)
-        return Settle("p", entry, replacement=replace(entry, answer=answer), ask_at=later)
+        return _kept(entry, receipt.last_answer(), now + options.interval)
 
     async def _check_alarm(self, now: float) -> None:
         options = self.options
@@ -243,7 +240,8 @@ class CustodyKeeper:
             return
         self._alarmed_at = now
         examples = [{"id": entry.record.id, "path": entry.record.path, "next site": entry.site or "(spool)",
-                     "waiting": f"{now - entry.handed_at:.0f} s", "last answer": entry.answer or "(none yet)"}
+                     "waiting": f"{now - entry.handed_at:.0f} s",
+                     "last answer": entry.last.describe() if entry.last else "(none yet)"}
                     for entry in overdue]
         self.notifier.post(receipt_overdue_notice(options.queue, options.site, options.alarm,
                                                   now - overdue[0].handed_at, overdue[0].record.id, examples))
@@ -268,3 +266,11 @@ def remove_if_unchanged(entry: CustodyEntry) -> None:
                   error=exc.strerror or str(exc))
         return
     log.info("source removed after its receipt", id=entry.record.id, path=path)
+
+
+def _kept(entry: CustodyEntry, last: LastAnswer, ask_at: float) -> CustodyStep:
+    """The entry kept with what the chain said last, and asked about again at ``ask_at``; only asked again if
+    that is what it keeps already (no rewrite)."""
+    if last == entry.last:
+        return CustodyStep(Step.ASK_LATER, entry, ask_at=ask_at)
+    return CustodyStep(Step.PENDING, entry, replacement=replace(entry, last=last), ask_at=ask_at)

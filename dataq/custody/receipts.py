@@ -26,6 +26,7 @@ the line as a record and refuse it.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -33,6 +34,7 @@ from typing import Any, Final
 from dataq.errors import InvalidRecord, ProtocolError
 from dataq.protocol import ERROR_PREFIX, clean_message
 from dataq.record import RecordRules
+from dataq.store.custody import LastAnswer
 
 RECEIPTS_KEY: Final = "receipts"
 MAX_RECEIPT_IDS: Final = 1000
@@ -40,11 +42,21 @@ MAX_RECEIPT_IDS: Final = 1000
 ERROR_TOPIC: Final = "receipts: "
 """How the push daemon words its refusals of receipts lines and ids: keepers of dataq 0.1, before the handshake,
 tell a refused id from a daemon that does not know receipts by it (this version reads no refusal's words)."""
-DONE: Final = "done"
-PENDING: Final = "pending"
-UNKNOWN: Final = "unknown"
-REFUSED: Final = "error"
-"""The kind of answer for an id the queue's checksum pattern refuses."""
+
+
+class ReceiptKind(enum.StrEnum):
+    """What a site answers about one id (its wire word)."""
+
+    DONE = "done"
+    """Done there and, if it hands records on, at the end of its chain."""
+    PENDING = "pending"
+    """Somewhere from there on: at ``site``, in ``state``."""
+    UNKNOWN = "unknown"
+    """No site from there on holds it."""
+    REFUSED = "error"
+    """The id was refused (it fails the queue's checksum pattern)."""
+
+
 _MARKER: Final = b'"receipts"'
 
 
@@ -102,9 +114,9 @@ def query_line(ids: list[str], site: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """One answer: ``done``, ``pending``, ``unknown`` or :data:`REFUSED` (an id refused)."""
+    """One answer about one id."""
 
-    kind: str
+    kind: ReceiptKind
     record_id: str = ""
     site: str = ""
     """Where the record is (pending), had it last (done), or the site that does not know it (unknown)."""
@@ -118,7 +130,7 @@ class Receipt:
 
     def line(self) -> str:
         """The answer line, with its newline."""
-        if self.kind == REFUSED:
+        if self.kind == ReceiptKind.REFUSED:
             return f"{ERROR_PREFIX}{clean_message(self.error or '')}\n"
         value: dict[str, Any] = {"id": self.record_id, "receipt": self.kind, "site": self.site}
         if self.at is not None:
@@ -130,13 +142,14 @@ class Receipt:
         value.update(self.extra)
         return json.dumps(value, separators=(",", ":")) + "\n"
 
+    def last_answer(self, note: str | None = None) -> LastAnswer:
+        """The answer as a custody entry keeps it, with what the asking site adds (``note``)."""
+        error = self.error if self.kind in (ReceiptKind.PENDING, ReceiptKind.REFUSED) else None
+        return LastAnswer(self.kind.value, self.site, self.state, error, note)
+
     def describe(self) -> str:
         """One line for operators: ``done at S``, ``pending at S: queued``, ``unknown at S``."""
-        if self.kind == PENDING:
-            return f"pending at {self.site}: {self.state}" + (f" ({self.error})" if self.error else "")
-        if self.kind in (DONE, UNKNOWN):
-            return f"{self.kind} at {self.site}"
-        return f"{self.kind}: {self.error}"
+        return self.last_answer().describe()
 
 
 def parse_answer(line: bytes | str) -> Receipt:
@@ -144,12 +157,12 @@ def parse_answer(line: bytes | str) -> Receipt:
     ProtocolError if it is none of the forms above."""
     text = (line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line).rstrip("\r\n")
     if text.startswith(ERROR_PREFIX):
-        return Receipt(REFUSED, error=text[len(ERROR_PREFIX):])
+        return Receipt(ReceiptKind.REFUSED, error=text[len(ERROR_PREFIX):])
     try:
         value = json.loads(text)
-        kind = value.pop("receipt")
-        if kind not in (DONE, PENDING, UNKNOWN):
-            raise ValueError(f"unknown receipt {kind!r}")
+        kind = ReceiptKind(value.pop("receipt"))
+        if kind is ReceiptKind.REFUSED:
+            raise ValueError("a refusal comes as an Error: line")
         at = value.pop("at", None)
         return Receipt(kind, str(value.pop("id")), str(value.pop("site", "")), float(at) if at is not None else None,
                        value.pop("state", None), value.pop("error", None), value)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataq.custody.desk import pending_further_on
+from dataq.custody.desk import where_further_on
 from dataq.store import QueueStore, Summary, Worker
 
 CHAIN_SAMPLE = 100
@@ -72,9 +72,11 @@ async def custody_report(store: QueueStore, summary: Summary, workers: Sequence[
         return None
     latencies = await store.receipt_latencies(now - LATENCY_WINDOW)
     oldest = await store.oldest_in_custody(1)
+    first = oldest[0] if oldest else None
     return CustodyReport(summary.custody, summary.custody_sites, summary.custody_since,
-                         oldest[0].record.id if oldest else None, oldest[0].answer if oldest else None, resent,
-                         len(latencies), percentile(latencies, 0.5), percentile(latencies, 0.99), peers_of(workers))
+                         first.record.id if first else None, first.last.describe() if first and first.last else None,
+                         resent, len(latencies), percentile(latencies, 0.5), percentile(latencies, 0.99),
+                         peers_of(workers))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +99,9 @@ async def chain_of(store: QueueStore, site: str, summary: Summary, now: float | 
     hops = [ChainHop(site, summary.active + summary.in_flight + summary.delayed + summary.inactive, None)]
     found: dict[str, tuple[int, float]] = {}
     for entry in await store.oldest_in_custody(CHAIN_SAMPLE):
-        further = pending_further_on(entry.answer)
-        where = further.site if further is not None else entry.site or "(hand-on spool)"
+        where = where_further_on(entry) or entry.site or "(hand-on spool)"
         count, oldest = found.get(where, (0, entry.handed_at))
         found[where] = (count + 1, min(oldest, entry.handed_at))
     hops += [ChainHop(where, count, now - oldest) for where, (count, oldest) in found.items()]
     return hops
+

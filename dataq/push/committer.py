@@ -266,7 +266,7 @@ class Committer:
         while True:
             self.pulse.beat()
             try:
-                return await self.store.answer(ids, self.desk.max_errors)
+                return await self.store.whereabouts(ids, self.desk.max_errors)
             except StoreError as exc:
                 if backoff.attempt == 0:
                     log.warning("cannot read receipts; holding their answers and retrying", error=str(exc))

@@ -10,7 +10,8 @@ from dataq.keys import QueueKeys
 from dataq.store.base import NOTICE_WORK
 from dataq.store.cluster import connect_cluster
 from dataq.store.connection import client_options, connect
-from dataq.store.custody import CustodyEntry, CustodyOps, Known, Settle, Tracked
+from dataq.store.custody import CustodyEntry, CustodyOps, CustodyStep, Known, LastAnswer, Tracked
+from dataq.store.custody_codes import Step, TrackedState
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.rate_ring import RATE_KINDS
@@ -116,11 +117,13 @@ __all__ = [
     "ClusterMember",
     "ClusterStatus",
     "CustodyEntry",
+    "CustodyStep",
     "Event",
     "FailOutcome",
     "Failures",
     "Flag",
     "Known",
+    "LastAnswer",
     "PushResult",
     "QueueList",
     "QueueStore",
@@ -133,9 +136,10 @@ __all__ = [
     "ReplicationStatus",
     "RetryPolicy",
     "SentinelTarget",
-    "Settle",
+    "Step",
     "Summary",
     "Tracked",
+    "TrackedState",
     "Worker",
     "connect",
     "redis_address",

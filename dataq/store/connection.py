@@ -24,6 +24,7 @@ from redis.retry import Retry as SyncRetry
 
 from dataq.config import REDIS_URL_SCHEMES
 from dataq.errors import RangeError, StoreError, StoreUnavailable
+from dataq.store.custody_codes import lua_constants as custody_constants
 from dataq.store.lane import Script
 from dataq.store.rate_ring import lua_constants
 
@@ -42,7 +43,7 @@ SCRIPT_NAMES = (
     "set_flag",
     "heartbeat",
     "custody_keep",
-    "custody_settle",
+    "custody_step",
     "receipts",
 )
 SCRIPT_LIBRARIES = ("rates", "stored")
@@ -126,7 +127,7 @@ def script_source(name: str) -> str:
     ``lua/lib/`` (functions the scripts share; Redis has no include), then the script itself."""
     package = resources.files("dataq.store") / "lua"
     libraries = [(package / "lib" / f"{library}.lua").read_text() for library in SCRIPT_LIBRARIES]
-    return "\n".join([lua_constants(), *libraries, (package / f"{name}.lua").read_text()])
+    return "\n".join([lua_constants(), custody_constants(), *libraries, (package / f"{name}.lua").read_text()])
 
 
 def load_scripts() -> dict[str, Script]:

@@ -3,9 +3,10 @@ confirm them (the cascade's end-to-end custody; see ``docs/custody.md``).
 
 A record ``network_move`` hands on to the next site enters this site's *custody* (:meth:`CustodyOps.keep`)
 before it is acknowledged here; it leaves custody only when the next site answers ``done`` for it, which that
-site says only once the end of the chain holds it (:meth:`CustodyOps.answer` is what a site answers). What the
-sender does with each answer is one atomic step (:meth:`CustodyOps.settle`): forget the record (done), keep it
-with the answer (pending), ask again later (no answer), or queue it here again to be resent (unknown).
+site says only once the end of the chain holds it (:meth:`CustodyOps.whereabouts` is what a site answers from).
+What the sender does with each answer is one atomic step (:meth:`CustodyOps.apply_steps`, a :class:`Step`):
+forget the record (done), keep it with the answer (pending), ask again later (no answer), or queue it here again
+to be resent (unknown). The rest of custody is :mod:`dataq.custody`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from dataq.record import Record, decode_stored, encode_stored
 from dataq.store.base import NOTICE_WORK
 from dataq.store.connection import translated
+from dataq.store.custody_codes import Step, TrackedState, Whereabouts
 from dataq.store.lifecycle import LifecycleOps
 from dataq.store.remembered import Done, parse_done
 
@@ -29,6 +31,42 @@ INACTIVE_SEARCHED = 1000
 
 
 @dataclass(frozen=True, slots=True)
+class LastAnswer:
+    """What the chain last said of a record in custody, field by field: where it is (``site``), in which
+    ``state``, why (``error``), and what this site adds (``note``: other next sites not answering, resent)."""
+
+    receipt: str
+    """The kind of receipt heard (``pending``, ``unknown``, ``error``; ``note`` alone for an answer kept by a
+    dataq before 0.2, whose words are kept as they were)."""
+    site: str = ""
+    state: str | None = None
+    error: str | None = None
+    note: str | None = None
+
+    def describe(self) -> str:
+        """One line for operators: ``pending at S: queued (E)``, ``unknown at S; T not answering``..."""
+        if self.receipt == "pending":
+            text = f"pending at {self.site}: {self.state}" + (f" ({self.error})" if self.error else "")
+        elif self.receipt == "note":
+            text = ""
+        elif self.site:
+            text = f"{self.receipt} at {self.site}" + (f": {self.error}" if self.error else "")
+        else:
+            text = f"{self.receipt}: {self.error}"
+        return "; ".join(part for part in (text, self.note) if part)
+
+    def encode(self) -> dict[str, str]:
+        fields = {"k": self.receipt, "s": self.site, "st": self.state, "e": self.error, "n": self.note}
+        return {key: value for key, value in fields.items() if value}
+
+    @classmethod
+    def decode(cls, value: object) -> LastAnswer:
+        if not isinstance(value, dict):  # an entry kept by a dataq before 0.2: its words, as they were
+            return cls("note", note=str(value))
+        return cls(str(value.get("k", "")), str(value.get("s", "")), value.get("st"), value.get("e"), value.get("n"))
+
+
+@dataclass(frozen=True, slots=True)
 class CustodyEntry:
     """One record in custody: handed on to ``site`` at ``handed_at``, and what the chain last said of it."""
 
@@ -36,20 +74,20 @@ class CustodyEntry:
     site: str
     """The next site (``host:port``) that took it; ``""`` while it waits in the hand-on spool."""
     handed_at: float
-    answer: str | None = None
-    """The last receipt answer (pending further on, unknown, or no answer), for operators."""
+    last: LastAnswer | None = None
+    """What the chain last said of it (None: nothing yet)."""
     identity: tuple[int, ...] | None = None
     """The source file as it was sent (device, inode, size, times): it is deleted only if still that file."""
     resends: int = 0
     raw: str = ""
-    """The entry as stored (what a settle names, so that an entry kept again meanwhile is left alone)."""
+    """The entry as stored (what a step names, so that an entry kept again meanwhile is left alone)."""
 
     def encode(self) -> str:
         value: dict[str, Any] = {"r": encode_stored([(self.record, self.record.source or "")],
                                                     self.record.pushed_at or time.time())[0],
                                  "site": self.site, "at": round(self.handed_at * 1000), "n": self.resends}
-        if self.answer is not None:
-            value["a"] = self.answer
+        if self.last is not None:
+            value["a"] = self.last.encode()
         if self.identity is not None:
             # A string: the scripts' JSON keeps 14 digits of a number, and nanosecond times have 19.
             value["f"] = ":".join(str(part) for part in self.identity)
@@ -58,18 +96,19 @@ class CustodyEntry:
     @classmethod
     def decode(cls, record_id: str, raw: str) -> CustodyEntry:
         value = json.loads(raw)
-        identity = value.get("f")
+        last, identity = value.get("a"), value.get("f")
         return cls(decode_stored(record_id, value["r"]), str(value["site"]), int(value["at"]) / 1000,
-                   value.get("a"), tuple(int(part) for part in identity.split(":")) if identity else None,
+                   LastAnswer.decode(last) if last is not None else None,
+                   tuple(int(part) for part in identity.split(":")) if identity else None,
                    int(value.get("n", 0)), raw)
+
 
 
 @dataclass(frozen=True, slots=True)
 class Tracked:
     """The answer for a record this site still holds in its queue."""
 
-    state: str
-    """``queued`` (waiting or running), ``delayed`` (a retry waits) or ``inactive``."""
+    state: TrackedState
     last_error: str | None
     pushed_at: float | None = None
 
@@ -79,11 +118,10 @@ Known = Tracked | CustodyEntry | Done | None
 
 
 @dataclass(frozen=True, slots=True)
-class Settle:
-    """What to do with one custody entry after its next site answered (see ``custody_settle.lua``)."""
+class CustodyStep:
+    """What becomes of one custody entry once its next site was asked (see ``custody_step.lua``)."""
 
-    kind: str
-    """``d`` done, ``p`` pending, ``w`` no answer, ``r`` resend."""
+    step: Step
     entry: CustodyEntry
     end_at: float = 0.0
     """Done: when the end of the chain had it."""
@@ -144,34 +182,35 @@ class CustodyOps(LifecycleOps):
                 if value is not None]
 
     @translated
-    async def settle(self, ops: Sequence[Settle], resend_wait: float, now: float | None = None) -> list[bool]:
-        """Apply what the next site answered; per op True, or False when the entry changed meanwhile (kept
-        again) and was left alone. ``resend_wait``: seconds before a resent record that is never handed on again
-        is asked about again."""
-        if not ops:
+    async def apply_steps(self, steps: Sequence[CustodyStep], resend_wait: float,
+                          now: float | None = None) -> list[bool]:
+        """Take the steps decided on what the next sites answered; per step True, or False when the entry changed
+        meanwhile (kept again) and was left alone. ``resend_wait``: seconds before a resent record that is never
+        handed on again is asked about again."""
+        if not steps:
             return []
         now = time.time() if now is None else now
         k = self.keys
-        remembered = self._remembered([op.entry.record.id for op in ops], now)
+        remembered = self._remembered([step.entry.record.id for step in steps], now)
         args: list[Any] = [round(now * 1000), self.events_max_len, RECEIPTS_KEPT, k.work, NOTICE_WORK,
                            self.pubsub_mode, remembered.expires_at_ms, remembered.digests]
-        for op in ops:
-            args += [op.kind, op.entry.record.id, op.entry.raw]
-            if op.kind == "d":
+        for op in steps:
+            args += [op.step.value, op.entry.record.id, op.entry.raw]
+            if op.step is Step.DONE:
                 latency = op.end_at - (op.entry.record.pushed_at or op.end_at)
                 args += [round(op.end_at * 1000), receipt_bucket(latency)]
-            elif op.kind == "w":
+            elif op.step is Step.ASK_LATER:
                 args += ["", round(op.ask_at * 1000)]
             else:
                 assert op.replacement is not None
-                ask_at = op.ask_at if op.kind == "p" else now + resend_wait
+                ask_at = op.ask_at if op.step is Step.PENDING else now + resend_wait
                 args += [op.replacement.encode(), round(ask_at * 1000)]
         keys = [*k.custody_keys(), k.records, k.active, k.counters, k.events, k.receipts, *remembered.keys]
-        status = await self._script("custody_settle", keys, args, replicated=True)
+        status = await self._script("custody_step", keys, args, replicated=True)
         return [ch == "1" for ch in status]
 
     @translated
-    async def answer(self, ids: Sequence[str], max_errors: int) -> list[Known]:
+    async def whereabouts(self, ids: Sequence[str], max_errors: int) -> list[Known]:
         """What this site knows of each id (one round trip, reads only): what a receipt query is answered from."""
         if not ids:
             return []
@@ -183,12 +222,13 @@ class CustodyOps(LifecycleOps):
         known: list[Known] = []
         for record_id, reply in zip(ids, replies, strict=True):
             kind, _, rest = reply.partition("\0")
-            if kind == "t":
+            if kind == Whereabouts.TRACKED:
                 state, pushed, error = rest.split("\0", 2)
-                known.append(Tracked(state, error or None, int(pushed) / 1_000_000 if pushed else None))
-            elif kind == "c":
+                known.append(Tracked(TrackedState(state), error or None,
+                                     int(pushed) / 1_000_000 if pushed else None))
+            elif kind == Whereabouts.IN_CUSTODY:
                 known.append(CustodyEntry.decode(record_id, rest))
-            elif kind == "d":
+            elif kind == Whereabouts.DONE:
                 known.append(parse_done(rest))
             else:
                 known.append(None)
@@ -196,7 +236,7 @@ class CustodyOps(LifecycleOps):
 
     @translated
     async def receipt_latencies(self, since: float) -> list[float]:
-        """End-to-end latencies (seconds) of the receipts settled since ``since`` (of the newest kept)."""
+        """End-to-end latencies (seconds) of the receipts taken since ``since`` (of the newest kept)."""
         values: list[str] = await self.r.lrange(self.keys.receipts, 0, -1)
         latencies = []
         for value in values:

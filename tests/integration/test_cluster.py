@@ -26,7 +26,7 @@ from dataq.feed.client import Feeder
 from dataq.ops.metrics import QUEUE_LENGTH, REDIS_UP, DaemonMetrics
 from dataq.pop.daemon import run_pop_daemon
 from dataq.push.daemon import run_push_daemon
-from dataq.store import CustodyEntry, Flag, QueueList, QueueStore, RetryPolicy, Settle
+from dataq.store import CustodyEntry, CustodyStep, Flag, QueueList, QueueStore, RetryPolicy, Step
 from dataq.store.connection import SCRIPT_NAMES
 from testbed.cluster import ClusterTopology
 from testbed.waits import eventually
@@ -133,8 +133,8 @@ async def test_every_lua_script_keeps_its_keys_in_the_queue_s_slot(
         now = time.time()
         await store.keep([CustodyEntry(claim.records[0], "next:1", now)], first_ask=now)
         (entry,) = await store.custody_due(10, now=now + 1)
-        assert len(await store.answer([done_id, "f" * 32], max_errors=0)) == 2
-        assert await store.settle([Settle("d", entry, end_at=now + 1)], 60) == [True]
+        assert len(await store.whereabouts([done_id, "f" * 32], max_errors=0)) == 2
+        assert await store.apply_steps([CustodyStep(Step.DONE, entry, end_at=now + 1)], 60) == [True]
         assert await store.clear() == len(ids) - 1
         assert ran == set(SCRIPT_NAMES)
         other = queue_on_master(1, "other")

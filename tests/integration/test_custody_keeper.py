@@ -77,7 +77,8 @@ async def test_unknown_at_the_next_site_is_asked_again_then_resent_after_resend_
     watcher = keeper(store, (site,), Notices())
     await watcher.round(now=now + 1)
     entry = (await store.custody([record.checksum]))[record.checksum]
-    assert (entry.answer or "").startswith("unknown at ")
+    assert entry.last is not None and entry.last.receipt == "unknown"
+    assert entry.last.describe().startswith("unknown at ")
     assert (await store.summary()).tracked == 0, "not resent before resend_after"
     await watcher.round(now=now + RESEND_AFTER + 20)
     summary = await store.summary()

@@ -14,7 +14,7 @@ from dataq.custody.metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATEN
 from dataq.custody.receipts import MAX_RECEIPT_IDS
 from dataq.errors import DataqError
 from dataq.feed.link import client_tls_context
-from dataq.store import CustodyEntry, QueueStore, Settle
+from dataq.store import CustodyEntry, CustodyStep, LastAnswer, QueueStore, Step
 from dataq.store.remembered import Done, parse_done
 from tests.helpers import make_records
 from tests.push_support import LOOPBACK, Certs, LineClient, StartPush, reply_for
@@ -86,28 +86,27 @@ async def test_custody_answers_pending_until_the_next_site_says_done_then_done_w
     assert (answer.kind, answer.state) == ("pending", "custody"), "done here is not done end to end"
     assert answer.extra["next"] == ["next:1"]
     (entry,) = await store.custody_due(10, now=now + 1)
-    further = json.dumps({"id": record_id, "receipt": "pending", "site": "far", "state": "inactive",
-                          "error": "disk full"})
-    assert await store.settle([Settle("p", entry, replacement=CustodyEntry(
-        entry.record, entry.site, entry.handed_at, answer=further), ask_at=now + 60)], 60) == [True]
+    further = LastAnswer("pending", "far", "inactive", "disk full")
+    assert await store.apply_steps([CustodyStep(Step.PENDING, entry, replacement=CustodyEntry(
+        entry.record, entry.site, entry.handed_at, last=further), ask_at=now + 60)], 60) == [True]
     (answer,) = await ask(LOOPBACK, daemon.port, [record_id], site="upstream", tls=None, within=5)
     assert (answer.kind, answer.site, answer.state, answer.error) == ("pending", "far", "inactive", "disk full")
     entry = (await store.custody([record_id]))[record_id]
     end = now + 30
-    assert await store.settle([Settle("d", entry, end_at=end)], 60) == [True]
+    assert await store.apply_steps([CustodyStep(Step.DONE, entry, end_at=end)], 60) == [True]
     (answer,) = await ask(LOOPBACK, daemon.port, [record_id], site="upstream", tls=None, within=5)
     assert (answer.kind, answer.at) == ("done", round(end, 3))
     summary = await store.summary()
     assert (summary.custody, summary.custody_sites, summary.counters["receipts"]) == (0, {}, 1)
 
 
-async def test_a_settle_decided_on_an_entry_kept_again_meanwhile_leaves_it_alone(store: QueueStore) -> None:
+async def test_a_step_decided_on_an_entry_kept_again_meanwhile_leaves_it_alone(store: QueueStore) -> None:
     record = make_records(1)[0]
     now = time.time()
     await store.keep([CustodyEntry(record, "a:1", now)], first_ask=now)
     (seen,) = await store.custody_due(10, now=now + 1)
     await store.keep([CustodyEntry(record, "b:2", now + 2)], first_ask=now + 2)  # handed on anew meanwhile
-    assert await store.settle([Settle("d", seen, end_at=now + 3)], 60) == [False]
+    assert await store.apply_steps([CustodyStep(Step.DONE, seen, end_at=now + 3)], 60) == [False]
     summary = await store.summary()
     assert (summary.custody, summary.custody_sites) == (1, {"b:2": 1})
     assert summary.custody_since is not None and abs(summary.custody_since - now) < 0.01, "the first hand-on counts"
@@ -120,8 +119,10 @@ async def test_resending_puts_the_record_back_in_the_queue_as_it_was_and_keeps_i
     now = time.time()
     await store.keep([CustodyEntry(record, "a:1", now)], first_ask=now)
     (entry,) = await store.custody_due(10, now=now + 1)
-    replacement = CustodyEntry(entry.record, entry.site, entry.handed_at, answer="unknown at a; resent", resends=1)
-    assert await store.settle([Settle("r", entry, replacement=replacement)], 60, now=now + 1) == [True]
+    replacement = CustodyEntry(entry.record, entry.site, entry.handed_at,
+                               last=LastAnswer("unknown", "a", note="resent"), resends=1)
+    assert await store.apply_steps([CustodyStep(Step.RESEND, entry, replacement=replacement)], 60,
+                                   now=now + 1) == [True]
     claim = await store.claim(WORKER, 10)
     assert [(r.checksum, r.path, r.size) for r in claim.records] == [(record_id, record.path, record.size)]
     summary = await store.summary()
@@ -134,7 +135,7 @@ async def test_resending_puts_the_record_back_in_the_queue_as_it_was_and_keeps_i
 async def test_done_records_are_remembered_with_their_times(store: QueueStore) -> None:
     before = time.time()
     (record_id,) = await done(store, 1)
-    (remembered,) = await store.answer([record_id], max_errors=0)
+    (remembered,) = await store.whereabouts([record_id], max_errors=0)
     assert isinstance(remembered, Done) and remembered.end_at is None
     assert before - 1 <= remembered.pushed_at <= remembered.done_at <= time.time() + 1
     assert parse_done("1000,250,40").confirmed_at == 1.04
@@ -148,7 +149,7 @@ async def test_custody_metrics_show_records_per_site_the_oldest_resends_and_rece
                      first_ask=now, now=now - 100)
     await store.keep([CustodyEntry(records[2], "a:1", now)], first_ask=now, now=now)
     entry = (await store.custody([records[2].checksum]))[records[2].checksum]
-    await store.settle([Settle("d", entry, end_at=(entry.record.pushed_at or now) + 2.5)], 60)
+    await store.apply_steps([CustodyStep(Step.DONE, entry, end_at=(entry.record.pushed_at or now) + 2.5)], 60)
     summary = await store.summary()
     families = {family.name: family for family in custody_families("transfer", summary, now=now)}
     custody = {tuple(s.labels.values()): s.value for s in families[CUSTODY_RECORDS].samples}

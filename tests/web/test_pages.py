@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from dataq.store import CustodyEntry, Flag, QueueList
+from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList
 from tests.helpers import make_records
 from tests.web.conftest import TOKEN, Web
 from tests.web.test_api import fail_once
@@ -145,8 +145,8 @@ async def test_the_queue_page_shows_the_chain_of_sites_with_the_records_waiting_
         web: Web) -> None:
     records = make_records(3)
     now = time.time()
-    further = '{"id":"x","receipt":"pending","site":"archive","state":"queued"}'
-    await web.transfer.keep([CustodyEntry(records[0], "valley:9988", now - 300, answer=further)], first_ask=now,
+    further = LastAnswer("pending", "archive", "queued")
+    await web.transfer.keep([CustodyEntry(records[0], "valley:9988", now - 300, last=further)], first_ask=now,
                             now=now - 300)
     await web.transfer.keep([CustodyEntry(records[1], "valley:9988", now - 60)], first_ask=now, now=now - 60)
     await web.transfer.push_batch(make_records(2, start=10), "test")

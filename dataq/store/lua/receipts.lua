@@ -6,9 +6,9 @@
 -- ARGV[1] max_errors of the queue (a record failed more often is inactive)
 -- ARGV[2] the ids, joined by newlines      ARGV[3] their digests (16 bytes each)
 -- ARGV[4] newest inactive records searched for an id (LPOS MAXLEN: inactive lists stay short, but never a scan)
--- return: per id, 't' NUL state NUL push time (us) NUL last error (tracked: 'queued', 'delayed' or 'inactive';
---         a running record is 'queued'), 'c' NUL its custody entry, 'd' NUL its remembered value, or 'u'
---         (unknown here)
+-- return: per id, KNOWN_TRACKED NUL state NUL push time (us) NUL last error (STATE_QUEUED, STATE_DELAYED or
+--         STATE_INACTIVE; a running record is queued), KNOWN_IN_CUSTODY NUL its custody entry, KNOWN_DONE NUL its
+--         remembered value, or KNOWN_UNKNOWN (the codes: dataq/store/custody_codes.py, put before this script)
 local records, delayed, inactive, errors, lasterror, custody = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local max_errors, digests, searched = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[4])
 local out, i = {}, 0
@@ -16,23 +16,23 @@ for id in string.gmatch(ARGV[2], '[^\n]+') do
   i = i + 1
   local stored = redis.call('HGET', records, id)
   if stored then
-    local state = 'queued'
+    local state = STATE_QUEUED
     if redis.call('ZSCORE', delayed, id) then
-      state = 'delayed'
+      state = STATE_DELAYED
     elseif tonumber(redis.call('HGET', errors, id) or '0') > max_errors
         or redis.call('LPOS', inactive, id, 'MAXLEN', searched) then
-      state = 'inactive'
+      state = STATE_INACTIVE
     end
     local pushed = stored_push_time(stored)
-    out[i] = 't\0' .. state .. '\0' .. pushed .. '\0' .. (redis.call('HGET', lasterror, id) or '')
+    out[i] = KNOWN_TRACKED .. '\0' .. state .. '\0' .. pushed .. '\0' .. (redis.call('HGET', lasterror, id) or '')
   else
     local entry = redis.call('HGET', custody, id)
     if entry then
-      out[i] = 'c\0' .. entry
+      out[i] = KNOWN_IN_CUSTODY .. '\0' .. entry
     else
       local field = string.sub(digests, 16 * i - 15, 16 * i)
       local value = redis.call('HGET', KEYS[5 + 2 * i], field) or redis.call('HGET', KEYS[6 + 2 * i], field)
-      out[i] = value and ('d\0' .. value) or 'u'
+      out[i] = value and (KNOWN_DONE .. '\0' .. value) or KNOWN_UNKNOWN
     end
   end
 end

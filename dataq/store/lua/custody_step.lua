@@ -1,19 +1,20 @@
--- custody_settle.lua: what the next site answered about records in custody (dataq/store/custody.py).
--- Each op names the entry it was decided on; an entry that changed since (kept again) is left alone ('0').
+-- custody_step.lua: what becomes of records in custody once their next site was asked (dataq/store/custody.py).
+-- Each step names the entry it was decided on; an entry that changed since (kept again) is left alone ('0').
+-- The step codes (STEP_DONE...) come from dataq/store/custody_codes.py, put before this script by the store.
 -- KEYS[1] custody hash      KEYS[2] custody_due zset      KEYS[3] custody_since zset      KEYS[4] custody_sites hash
 -- KEYS[5] records hash      KEYS[6] active list           KEYS[7] counters hash           KEYS[8] events stream
 -- KEYS[9] receipts list
--- KEYS[10..] two per op, in order: the record's shard of the remembered done records in the current and the
+-- KEYS[10..] two per step, in order: the record's shard of the remembered done records in the current and the
 --           previous generation (dataq/store/remembered.py)
 -- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
 -- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
--- ARGV[7] when the current generation's shards expire (ms)        ARGV[8] the ops' digests (16 bytes each)
--- ARGV[9..] five per op: kind, id, the entry it was decided on, then per kind:
---   'd' done at the end of the chain:     end time (ms), its histogram bucket field in counters
---   'p' still pending further on:         the entry to keep instead, when to ask next (ms)
---   'w' no answer (outage, older peer):   '', when to ask next (ms)
---   'r' unknown there: resend it:         the entry to keep instead, ''
--- return: status string with one char per op, '1' applied or '0' the entry changed meanwhile
+-- ARGV[7] when the current generation's shards expire (ms)        ARGV[8] the steps' digests (16 bytes each)
+-- ARGV[9..] five per step: its code, id, the entry it was decided on, then per code:
+--   STEP_DONE       the end of the chain holds it:        end time (ms), its histogram bucket field in counters
+--   STEP_PENDING    still on its way:                      the entry to keep instead, when to ask next (ms)
+--   STEP_ASK_LATER  no answer (an outage, or no receipts): '', when to ask next (ms)
+--   STEP_RESEND     unknown there: queue it here again:    the entry to keep instead, when to ask next (ms)
+-- return: status string with one char per step, '1' applied or '0' the entry changed meanwhile
 local custody, due, since, sites = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local records, active, counters, events, receipts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local now, maxlen, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -30,16 +31,16 @@ for base = 9, #ARGV, 5 do
   op = op + 1
   local kind, id, seen, a, b = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   local current = redis.call('HGET', custody, id)
-  if kind == 'w' then
+  if kind == STEP_ASK_LATER then
     if current then redis.call('ZADD', due, 'XX', b, id) end
     status[op] = current and '1' or '0'
   elseif current ~= seen then
     status[op] = '0'
-  elseif kind == 'p' then
+  elseif kind == STEP_PENDING then
     redis.call('HSET', custody, id, a)
     redis.call('ZADD', due, b, id)
     status[op] = '1'
-  elseif kind == 'd' then
+  elseif kind == STEP_DONE then
     local entry = cjson.decode(current)
     forget(id, entry)
     -- The done record's memory learns when the end of the chain had it: '<done ms>,<wait ms>,<end - done ms>'.
@@ -64,7 +65,7 @@ for base = 9, #ARGV, 5 do
     redis.call('HINCRBY', counters, 'receipt_ms_sum', latency)
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'receipt', 'id', id, 'd', 'done at ' .. a) end
     status[op] = '1'
-  else -- 'r'
+  elseif kind == STEP_RESEND then
     local entry = cjson.decode(a)
     -- Back in the queue as it was first pushed here, unless it is there already (run again meanwhile).
     if redis.call('HSETNX', records, id, entry['r']) == 1 then
@@ -74,8 +75,10 @@ for base = 9, #ARGV, 5 do
     end
     redis.call('HSET', custody, id, a)
     -- Asked about again once it is handed on anew (custody_keep); meanwhile only if it is never kept again.
-    redis.call('ZADD', due, b ~= '' and b or now + 86400000, id)
+    redis.call('ZADD', due, b, id)
     status[op] = '1'
+  else
+    return redis.error_reply('unknown custody step ' .. kind)
   end
 end
 if resent > 0 then
