@@ -26,8 +26,8 @@ KEEPS_PER_CALL = 1000
 class SenderCustody:
     """What ``network_move`` does for custody: keep each record it hands on, and run the keeper beside it."""
 
-    def __init__(self, hand_on: HandOn, context: ActionContext, options: NetworkMoveOptions) -> None:
-        self.hand_on, self.context, self.options = hand_on, context, options
+    def __init__(self, handon: HandOn, context: ActionContext, options: NetworkMoveOptions) -> None:
+        self.handon, self.context, self.options = handon, context, options
         self.keeper: CustodyKeeper | None = None
         self._stop = asyncio.Event()
         self._held = 0
@@ -43,9 +43,9 @@ class SenderCustody:
         keeper_options = KeeperOptions(options.next_sites, self.context.site, options.receipt_interval,
                                        options.resend_after, options.receipt_alarm, options.handon_timeout,
                                        options.after_receipt, self.context.queue.name)
-        self.keeper = CustodyKeeper(custody, keeper_options, tls=self.hand_on.tls, remove_source=remove_if_unchanged,
-                                    notifier=self.context.notifier, spooled=self.hand_on.spooled,
-                                    peers=self.hand_on.peers)
+        self.keeper = CustodyKeeper(custody, keeper_options, tls=self.handon.tls, remove_source=remove_if_unchanged,
+                                    notifier=self.context.notifier, spooled=self.handon.spooled,
+                                    peers=self.handon.peers)
         self.keeper.start(self._stop)
 
     async def check_room(self) -> None:

@@ -153,10 +153,10 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             self._read_sources, size=READ_BATCH, age=0.0, in_flight=cpus)
         self.remote = remote_algorithm(self.algorithm)
         """What the destination reports of a copy: the records' algorithm, or md5 when rsync lacks it."""
-        self._hand_on = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
+        self._handon = HandOn(options.next_sites, timeout=options.handon_timeout, spool=options.handon_spool,
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
                                site=context.site, algorithm=self.algorithm)
-        self._custody = SenderCustody(self._hand_on, context, options)
+        self._custody = SenderCustody(self._handon, context, options)
         self._connections = Connections(options.destination, options.in_flight)
 
     async def start(self) -> None:
@@ -165,14 +165,14 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             raise ActionError(f"network_move: rsync program {self.options.rsync!r} not found")
         await asyncio.to_thread(remove_stale_work_dirs)
         if self.options.next_sites:
-            await self._hand_on.start()
+            await self._handon.start()
             self._custody.start()
 
     async def close(self) -> None:
         await self._small_reads.close(CLOSE_GRACE)
         await self._batcher.close(CLOSE_GRACE)
         await self._custody.close(CLOSE_GRACE)
-        await self._hand_on.close(CLOSE_GRACE)
+        await self._handon.close(CLOSE_GRACE)
 
     def destination(self, record: Record) -> str | None:
         return self.options.destination
@@ -210,7 +210,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         if options.next_sites:
             assert options.next_path is not None
             await self._custody.check_room()
-            site = await self._hand_on(record, render(options.next_path, {**values, "relpath": relative},
+            site = await self._handon(record, render(options.next_path, {**values, "relpath": relative},
                                                       absolute=True))
             # In custody before it is done here (and before its source may go): a crash in between runs the
             # record again, and the next site answers its hand-on Ignored.

@@ -13,14 +13,14 @@ alternating order:
   sending to a push daemon on a free loopback port (``--daemon inprocess``: a task of the same event loop, the
   default; ``subprocess``: ``dataq push``) over a private redis-server (``appendfsync always``). Timed from the
   call until every record is in the queue's active list *and* the spool holds nothing pending (the answers
-  settled); then the feeder is stopped, and every record's id and path are checked against the files' md5. The
+  resolved); then the feeder is stopped, and every record's id and path are checked against the files' md5. The
   spool's ``add`` calls (fsynced transactions) and the forwarder's ``pending`` reads are counted on the way (a
   wrapper around the two methods): records per transaction show how well the intake groups its commits.
 
 Targets (the issue): the feeder's MB/s on large files >= 0.9 of md5sum's, >= 2,000 small files/s.
 
 **The spool's cost per record** on the same disk (`bench/spool_cost.py`): :meth:`Spool.add` of 512 records per
-transaction (as the intake batches) and of one record per transaction, :meth:`Spool.settle` alike, the ``known``
+transaction (as the intake batches) and of one record per transaction, :meth:`Spool.resolve` alike, the ``known``
 look-up the intake makes per file, and a bare loop of ``pwrite`` 4 KiB + ``os.fsync`` in the same directory: a
 commit of the spool (SQLite, WAL, ``synchronous = FULL``) costs one such fsync.
 
@@ -94,9 +94,9 @@ class Case:
 class Plan:
     cases: tuple[Case, ...]
     spool_batched: int
-    """Records added (and settled) 512 per transaction."""
+    """Records added (and resolved) 512 per transaction."""
     spool_single: int
-    """Records added (and settled) one per transaction, and fsyncs of the bare loop."""
+    """Records added (and resolved) one per transaction, and fsyncs of the bare loop."""
 
 
 FULL = Plan((Case("small", 10_000, 4 * KIB), Case("large", 20, 64 * MIB)), 20_000, 1_000)
@@ -256,7 +256,7 @@ def counted(timing: Timing) -> Iterator[None]:
 
 async def run_feeder(directory: Path, spool: Path, case: Case, expected: dict[str, str], daemon: Daemon,
                      store: QueueStore, redis_pid: int) -> Timing:
-    """Feed ``directory`` through a fresh ``spool`` until every record is queued and settled; timed."""
+    """Feed ``directory`` through a fresh ``spool`` until every record is queued and resolved; timed."""
     await store.clear()
     options = WatchOptions(root=str(directory), settle=0)
     link = Link(((LOOPBACK, daemon.port),), window=WINDOW)
@@ -409,8 +409,8 @@ async def run(plan: Plan, repeat: int, mode: str, workdir: str | None) -> None:
     rows = (
         (f"add, {SPOOL_BATCH} records per transaction", costs.add_batched),
         ("add, 1 record per transaction", costs.add_single),
-        (f"settle, {SPOOL_BATCH} records per transaction", costs.settle_batched),
-        ("settle, 1 record per transaction", costs.settle_single),
+        (f"resolve, {SPOOL_BATCH} records per transaction", costs.resolve_batched),
+        ("resolve, 1 record per transaction", costs.resolve_single),
         ("known (the intake's look-up per file, no write)", costs.known),
         ("bare loop: pwrite 4 KiB + os.fsync (per call)", costs.fsync),
         ("bare loop: pwrite 4 KiB + os.fdatasync (per call; SQLite's, one per commit)", costs.fdatasync),

@@ -22,8 +22,8 @@ SPOOL_BATCH = 512
 class SpoolCosts:
     add_batched: float
     add_single: float
-    settle_batched: float
-    settle_single: float
+    resolve_batched: float
+    resolve_single: float
     known: float
     fsync: float
     fdatasync: float
@@ -66,18 +66,18 @@ async def spool_costs(directory: Path, batched_count: int, single_count: int) ->
         first, rest = seqs[:len(batched)], seqs[len(batched):]
         began = time.perf_counter()
         for start in range(0, len(first), SPOOL_BATCH):
-            await spool.settle(first[start:start + SPOOL_BATCH], [])
-        settle_batched = (time.perf_counter() - began) / len(first)
+            await spool.resolve(first[start:start + SPOOL_BATCH], [])
+        resolve_batched = (time.perf_counter() - began) / len(first)
 
         began = time.perf_counter()
         for seq in rest:
-            await spool.settle([seq], [])
-        settle_single = (time.perf_counter() - began) / len(rest)
+            await spool.resolve([seq], [])
+        resolve_single = (time.perf_counter() - began) / len(rest)
         if read_spool_status(spool.directory).pending:
-            raise SystemExit("the spool still holds records after settling them all")
+            raise SystemExit("the spool still holds records after resolving them all")
     finally:
         await spool.close()
-    return SpoolCosts(add_batched, add_single, settle_batched, settle_single, known,
+    return SpoolCosts(add_batched, add_single, resolve_batched, resolve_single, known,
                       bare_fsync(directory / "fsync.bin", single_count),
                       bare_fsync(directory / "fsync.bin", single_count, os.fdatasync))
 

@@ -198,7 +198,9 @@ class CustodyKeeper:
         except ReceiptsNotSpoken as exc:
             if candidate not in self.no_receipts:
                 log.warning("the next site does not speak receipts: its records stay in custody and their sources "
-                            "are kept", site=candidate, speaks=exc.greeting.describe())
+                            "are kept", site=candidate, speaks=exc.greeting.describe(),
+                            was="the next site does not understand receipts (an older dataq): its records stay in "
+                                "custody and their sources are kept")
             self.no_receipts[candidate] = exc.greeting.describe()
             return None
         except DataqError as exc:

@@ -1,9 +1,9 @@
 """Store and forward: what a spool holds is sent to the push daemons, for as long as it takes.
 
 :class:`Forwarder` feeds the spool's pending records through a :class:`~dataq.feed.client.Feeder` that never
-gives up (capped exponential backoff with jitter, fail-over between targets) and settles each answer in the
+gives up (capped exponential backoff with jitter, fail-over between targets) and resolves each answer in the
 spool: ``Pushed`` or ``Ignored`` takes the record out, ``Error:`` keeps it with its reason (logged, shown by
-``--status``, not sent again). Answers are settled in batches; a kill before a batch is settled only means
+``--status``, not sent again). Answers are resolved in batches; a kill before a batch is resolved only means
 those records are sent again after the restart, which the push daemon's de-duplication answers ``Ignored``.
 Whoever puts records in the spool calls :meth:`Forwarder.wake`.
 """
@@ -28,10 +28,10 @@ from dataq.handshake import PeerBook
 from dataq.logs import get_logger
 from dataq.protocol import Reply, ReplyKind
 
-SETTLE_EVERY = 0.05
-"""Seconds between two settlements of answers in the spool (one transaction each)."""
-SETTLE_BATCH = 2000
-"""Answers that make a settlement at once."""
+RESOLVE_EVERY = 0.05
+"""Seconds between two resolutions of answers in the spool (one transaction each)."""
+RESOLVE_BATCH = 2000
+"""Answers that are resolved at once."""
 IDLE_RECHECK = 5.0
 """Seconds between two looks at an idle spool (records made pending again by another process)."""
 READ_AHEAD_WINDOWS = 2
@@ -72,7 +72,7 @@ class Forwarder:
         self._stop = asyncio.Event()
         self._draining = False
         self._connected = asyncio.Event()
-        self._settle_now = asyncio.Event()
+        self._resolve_now = asyncio.Event()
         self._sent: dict[int, Pending] = {}
         self._nothing_sent = asyncio.Event()
         """Set while every record sent has been answered: a stop then has nothing to wait for."""
@@ -87,7 +87,7 @@ class Forwarder:
         self.counts: Counter[str] = Counter()
         """Replies since the start: pushed, ignored, refused."""
         self.answered = 0
-        """Records taken out of the spool since the start (answered, settled)."""
+        """Records taken out of the spool since the start (answered, resolved)."""
         self.connected_to: str | None = None
         """``host:port`` of the push daemon connected to; None while none is reachable (the feeder's metrics)."""
         self.last_answered_at: float | None = None
@@ -103,16 +103,16 @@ class Forwarder:
 
     async def run(self) -> None:
         """Send until :meth:`finish` is called and what was sent is answered (or until cancelled)."""
-        settler = asyncio.create_task(self._settle_loop(), name="spool-settler")
+        resolver = asyncio.create_task(self._resolve_loop(), name="spool-resolver")
         try:
             await self.feeder.feed(self._records())
         finally:
-            settler.cancel()
+            resolver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await settler
+                await resolver
             # The last answers too: a clean stop sends nothing twice.
             with contextlib.suppress(SpoolError):
-                await self._settle()
+                await self._resolve()
 
     def drain(self) -> None:
         """Nothing more will be added: :meth:`run` returns once every record in the spool is answered."""
@@ -199,8 +199,8 @@ class Forwarder:
         else:
             self._done.append(row.seq)
             self.last_answered_at = time.time()
-        if len(self._done) >= SETTLE_BATCH:
-            self._settle_now.set()
+        if len(self._done) >= RESOLVE_BATCH:
+            self._resolve_now.set()
 
     def _on_link(self, up: bool, detail: str) -> None:
         now = time.time()
@@ -215,35 +215,36 @@ class Forwarder:
             if self._outage_since is None:
                 self._outage_since = now
             self._link_notes.update(last_error=detail, last_error_at=now, outage_since=self._outage_since)
-        self._settle_now.set()
+        self._resolve_now.set()
 
-    async def _settle_loop(self) -> None:
+    async def _resolve_loop(self) -> None:
         failing = False
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(SETTLE_EVERY):
-                    await self._settle_now.wait()
-            self._settle_now.clear()
+                async with asyncio.timeout(RESOLVE_EVERY):
+                    await self._resolve_now.wait()
+            self._resolve_now.clear()
             try:
-                await self._settle()
+                await self._resolve()
             except SpoolError as exc:  # a full disk: the answers wait in memory (at worst, sent again)
                 if not failing:
-                    log.error("cannot settle answers in the spool; retrying", error=str(exc))
+                    log.error("cannot resolve answers in the spool; retrying", error=str(exc),
+                              was="cannot settle answers in the spool; retrying")
                 failing = True
                 await asyncio.sleep(1.0)
                 continue
             if failing:
-                log.info("answers settled in the spool again")
+                log.info("answers resolved in the spool again", was="answers settled in the spool again")
             failing = False
 
-    async def _settle(self) -> None:
+    async def _resolve(self) -> None:
         done, refused, notes = self._done, self._refused, self._link_notes
         if not (done or refused or notes):
             return
         self._done, self._refused, self._link_notes = [], [], {}
         try:
             if done or refused:
-                await self.spool.settle(done, refused)
+                await self.spool.resolve(done, refused)
             if notes:
                 await self.spool.note(**notes)
         except BaseException:

@@ -245,14 +245,14 @@ class Spool:
             found.update(row[0] for row in rows)
         return found
 
-    async def settle(self, done: Sequence[int], refused: Sequence[tuple[int, str]]) -> None:
+    async def resolve(self, done: Sequence[int], refused: Sequence[tuple[int, str]]) -> None:
         """Take answered records out (``done``) and keep refused ones with their reasons, in one transaction."""
-        await self._run(self._settle, done, refused, time.time())
+        await self._run(self._resolve, done, refused, time.time())
 
-    def _settle(self, done: Sequence[int], refused: Sequence[tuple[int, str]], now: float) -> None:
+    def _resolve(self, done: Sequence[int], refused: Sequence[tuple[int, str]], now: float) -> None:
         with self._transaction() as cursor:
             cursor.executemany("DELETE FROM outbox WHERE seq = ?", [(seq,) for seq in done])
-            # Counted as taken out, not as given: answers settled again (a settlement whose caller was cancelled
+            # Counted as taken out, not as given: answers resolved again (a resolution whose caller was cancelled
             # while it ran, then retried) count once.
             taken = cursor.rowcount if done else 0
             cursor.executemany("UPDATE outbox SET refused = ?, refused_at = ? WHERE seq = ?",

@@ -2,11 +2,11 @@
 
 Its life, top to bottom (:meth:`PopDaemon.run`): build the actions (configuration errors stop it here), start
 them, register with a first heartbeat, then claim and run records while the heartbeat, the sweeper, the
-notice listener, the settler and the daemon's ties to its operators (:mod:`dataq.ops.daemon_ops`) run beside it,
-all supervised (a bug in one stops the daemon with a non-zero status). On stop: no more claims, running actions
-get the grace period, then are cancelled; finished records are settled, the rest go back to the next-to-run end,
-and the worker leaves the registry. A ``kill -9`` at any point loses nothing: the records it held stay in its
-processing list until a sweeper (of any pop daemon) sees its heartbeat expire and returns them.
+notice listener, the outcome writer and the daemon's ties to its operators (:mod:`dataq.ops.daemon_ops`) run
+beside it, all supervised (a bug in one stops the daemon with a non-zero status). On stop: no more claims, running
+actions get the grace period, then are cancelled; the outcomes of finished records are written, the rest go back
+to the next-to-run end, and the worker leaves the registry. A ``kill -9`` at any point loses nothing: the records it
+held stay in its processing list until a sweeper (of any pop daemon) sees its heartbeat expire and returns them.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from dataq.runtime.supervise import EXIT_FAILED, Supervisor, every
 from dataq.store import QueueStore
 
 EXIT_OK = 0
-EXIT_UNSETTLED = 1
-"""Shutdown could not reach Redis: some results are unsettled (their records will run again, none is lost)."""
+EXIT_UNWRITTEN = 1
+"""Shutdown could not reach Redis: some outcomes are unwritten (their records will run again, none is lost)."""
 SHUTDOWN_REDIS_WAIT = 30.0
-"""Seconds shutdown keeps retrying Redis (to settle results and give records back) before it leaves that to
+"""Seconds shutdown keeps retrying Redis (to write outcomes and give records back) before it leaves that to
 the sweepers of other daemons."""
 ROLE = "pop"
 
@@ -131,9 +131,9 @@ class PopDaemon:
         """Ends the background loops, once the records are given back."""
 
     def _totals(self) -> Mapping[str, int]:
-        settler = self.worker.settler
-        return {"done": settler.acknowledged, "failed": settler.failures, "deactivated": settler.deactivated,
-                "waited": settler.postponements}
+        outcomes = self.worker.outcomes
+        return {"done": outcomes.acknowledged, "failed": outcomes.failures, "deactivated": outcomes.deactivated,
+                "waited": outcomes.postponements}
 
     def _outage_started(self, outage: Outage) -> None:
         log.warning("destination unreachable: claiming paused, one record at a time probes it",
@@ -193,10 +193,10 @@ class PopDaemon:
             }
             for name, body in loops.items():
                 supervisor.start(name, body, until=self._halt)
-            settling = supervisor.start("settle", self.worker.settler.run, until=self._halt)
+            writing = supervisor.start("outcomes", self.worker.outcomes.run, until=self._halt)
             claiming = supervisor.start("claim", self.worker.claim_loop)
             await stop.wait()
-            status = await self._shut_down(claiming, settling, supervisor)
+            status = await self._shut_down(claiming, writing, supervisor)
             return status if supervisor.failed is None else EXIT_FAILED
         finally:
             # Normally all done by _shut_down; after an unexpected error, whatever still runs is cancelled here
@@ -212,7 +212,7 @@ class PopDaemon:
                 except Exception:
                     log.exception("closing an action failed", action=action.name)
 
-    async def _shut_down(self, claiming: asyncio.Task[None], settling: asyncio.Task[None],
+    async def _shut_down(self, claiming: asyncio.Task[None], writing: asyncio.Task[None],
                          supervisor: Supervisor) -> int:
         log.info("pop daemon stopping", worker=self.worker_id, running=self.worker.running)
         await self.ops.stopping()
@@ -221,13 +221,13 @@ class PopDaemon:
         await claiming
         # 2. Running actions may finish within the grace period; the rest are cancelled (released below).
         cancelled = await self.worker.finish(self.pop.grace_period)
-        # 3. Settle finished records before releasing, or release would queue again records that are done. A
-        #    settler that died of a bug settles nothing more: its records go back with the rest, to run again.
+        # 3. Write the outcomes of finished records before releasing, or release would queue again records that are
+        #    done. A writer that died of a bug writes nothing more: its records go back with the rest, to run again.
         deadline = time.monotonic() + SHUTDOWN_REDIS_WAIT
-        settled = await self._within(self._settled_or_gone(settling), deadline)
+        written = await self._within(self._written_or_gone(writing), deadline)
         # 4. Give back what is still held (cancelled records) to the next-to-run end; leave the registry. The
         #    heartbeat beats until here, so no sweeper takes the records meanwhile.
-        released = settled and await self._until_done(self._release, None, deadline)
+        released = written and await self._until_done(self._release, None, deadline)
         # 5. The last notices go out; then the background loops end.
         self._halt.set()
         await self.ops.close()
@@ -237,8 +237,8 @@ class PopDaemon:
         if not released:
             log.error("redis unavailable at shutdown: records left in this worker's processing list, for a sweeper "
                       "to return once the heartbeat expires", worker=self.worker_id,
-                      unsettled=self.worker.settler.pending)
-            return EXIT_UNSETTLED
+                      unwritten=self.worker.outcomes.pending)
+            return EXIT_UNWRITTEN
         log.info("pop daemon stopped", worker=self.worker_id, cancelled=cancelled, **self.worker.stats())
         return EXIT_OK
 
@@ -286,10 +286,10 @@ class PopDaemon:
             if notice in WAKING_NOTICES:
                 self.worker.wake()
 
-    async def _settled_or_gone(self, settling: asyncio.Task[None]) -> None:
-        waiting = asyncio.ensure_future(self.worker.settler.settled())
+    async def _written_or_gone(self, writing: asyncio.Task[None]) -> None:
+        waiting = asyncio.ensure_future(self.worker.outcomes.written())
         try:
-            await asyncio.wait({waiting, settling}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiting, writing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiting.cancel()
 

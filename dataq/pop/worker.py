@@ -9,10 +9,10 @@ The store's ``claim`` never blocks and is atomic with the ``action`` flag, so a 
 action processing is off, however long a worker has been waiting. The waiting is done here: when there is
 nothing to claim (or action is off) the worker sleeps until a pub/sub notice (``work``, ``flag:action:on``) or
 :data:`POLL_INTERVAL`, whichever comes first. Each claim asks for as many records as there are free slots. A slot
-is free again once its action ends, so the next claim travels while the finished records are being settled (see
-:mod:`dataq.pop.settler`): without that overlap the daemon and Redis take turns, each idle while the other works. At
-most ``concurrency`` finished records wait for settlement, though: an outage pauses claiming instead of piling up
-results that cannot be settled.
+is free again once its action ends, so the next claim travels while the finished records are being written (see
+:mod:`dataq.pop.outcomes`): without that overlap the daemon and Redis take turns, each idle while the other works. At
+most ``concurrency`` finished records wait for writing, though: an outage pauses claiming instead of piling up
+results that cannot be written.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -32,7 +31,8 @@ from dataq.ops.notices import Notifier
 from dataq.pop.breaker import Breakers
 from dataq.pop.deadlines import Deadlines
 from dataq.pop.failure import Failure, is_transient
-from dataq.pop.settler import FailureObserver, Settler
+from dataq.pop.ledger import SlotLedger
+from dataq.pop.outcomes import FailureObserver, OutcomeWriter
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
@@ -115,7 +115,7 @@ def running_at_once(concurrency: int, actions: Sequence[Action[Any]]) -> int:
 
 
 class PopWorker:
-    """One worker identity in the store: claims into its processing list, runs records, settles them."""
+    """One worker identity in the store: claims into its processing list, runs records, writes their outcomes."""
 
     def __init__(
         self,
@@ -133,13 +133,15 @@ class PopWorker:
         breakers: Breakers | None = None,
     ) -> None:
         """``register`` registers the worker again when a claim finds it swept as dead; ``on_failure`` is told of
-        every failure settled; ``breakers`` (default: the default ``[pop]`` settings') pause claiming while a
+        every failure written; ``breakers`` (default: the default ``[pop]`` settings') pause claiming while a
         destination is unreachable."""
         self.store = store
         self.worker_id = worker_id
         self.actions = tuple(actions)
         self.concurrency = running_at_once(concurrency, actions)
-        self.settler = Settler(store, worker_id, queue, notifier, self._slots_freed, on_failure=on_failure)
+        self.ledger = SlotLedger(self.concurrency)
+        """The worker's slots: what it holds, what runs (every count of them lives there)."""
+        self.outcomes = OutcomeWriter(store, worker_id, queue, notifier, self._slots_freed, on_failure=on_failure)
         self._register = register
         self._observe_action = observe_action
         self._observe_claim = observe_claim
@@ -150,12 +152,7 @@ class PopWorker:
         self._probe: str | None = None
         """The id of the record claimed as a probe of unreachable destinations, while it runs."""
         self._pulse = Pulse()
-        self._held: Counter[str] = Counter()
-        """Ids claimed and not yet settled: running, or finished and waiting for the settler. A multiset: a
-        failed record may be claimed again before the reply of the call that settled it arrives."""
         self._deadlines = Deadlines()
-        self._running = 0
-        """Actions under way (counted down as each ends, before its task is gone from ``_tasks``)."""
         self._claim_lost = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -169,8 +166,8 @@ class PopWorker:
 
     def stats(self) -> dict[str, object]:
         """What the heartbeat publishes (``dataq-cli`` shows it)."""
-        stats: dict[str, object] = {"done": self.settler.acknowledged, "failed": self.settler.failures,
-                                    "waited": self.settler.postponements, "running": len(self._tasks)}
+        stats: dict[str, object] = {"done": self.outcomes.acknowledged, "failed": self.outcomes.failures,
+                                    "waited": self.outcomes.postponements, "running": len(self._tasks)}
         if self.breakers.open:
             stats["unreachable"] = self.breakers.public()
         for action in self.actions:
@@ -178,22 +175,17 @@ class PopWorker:
         return stats
 
     def free_slots(self) -> int:
-        """Records the next claim may take: no more than ``concurrency`` running, nor waiting for settlement; while
-        a destination is unreachable, one probe when nothing runs."""
-        if self.settler.postponing:
-            return 0  # a record going back to the head of the queue: claimed past, it would lose its place
-        free = min(self.concurrency - self._running, 2 * self.concurrency - self._held.total())
-        if self.breakers.open:
-            return min(free, 1) if not self._running and not self.breakers.probe_running else 0
-        return free
+        """Records the next claim may take (:meth:`SlotLedger.free`)."""
+        return self.ledger.free(postponing=self.outcomes.postponing, unreachable=self.breakers.open,
+                                probe_running=self.breakers.probe_running)
 
     def responsive(self) -> bool:
-        """For the watchdog: the claim loop and the settler turned lately or wait by choice, and no action runs on
-        past its time limit (which would hold its slot for good). Before claiming starts (Redis not answering yet)
+        """For the watchdog: the claim loop and the outcome writer turned lately or wait by choice, and no action runs
+        on past its time limit (which would hold its slot for good). Before claiming starts (Redis not answering yet)
         and once it is stopped on purpose, there is no loop to judge."""
         if not self._claiming_started or self._stopping:
             return True
-        return (self._pulse.alive(STALL_AFTER) and self.settler.pulse.alive(STALL_AFTER)
+        return (self._pulse.alive(STALL_AFTER) and self.outcomes.pulse.alive(STALL_AFTER)
                 and not self._deadlines.overdue(CANCEL_WAIT + STALL_AFTER))
 
     def wake(self) -> None:
@@ -218,13 +210,13 @@ class PopWorker:
             free = self.free_slots()
             if free <= 0:
                 with self._pulse.resting():  # the actions' time limits keep this wait finite
-                    await self._wake.wait()  # an action ended, a record settled, or stop
+                    await self._wake.wait()  # an action ended, a record written, or stop
                 continue
             probing = self.breakers.open
             if probing and (wait := self.breakers.until_probe()) > 0:
                 await self._sleep(wait)  # woken early by an action ending: a success ends the outage
                 continue
-            if not probing and free < self.concurrency // 4 and self._running:
+            if not probing and free < self.concurrency // 4 and self.ledger.running:
                 # Gather a few more free slots first: a claim of one or two records costs Redis and this daemon
                 # nearly as much as a claim of dozens.
                 await asyncio.sleep(GATHER_DELAY)
@@ -263,7 +255,7 @@ class PopWorker:
     async def finish(self, grace: float) -> int:
         """Let running actions end within ``grace`` seconds, then cancel the rest; returns how many were cancelled.
 
-        A cancelled record is left unsettled in the processing list, for ``release`` to put back.
+        A cancelled record is left unwritten in the processing list, for ``release`` to put back.
         """
         if not self._tasks:
             return 0
@@ -284,11 +276,11 @@ class PopWorker:
     async def _recover_lost_claim(self) -> None:
         """Run the records a claim with a lost reply moved into our processing list (else they would wait there
         until this daemon stops and releases them)."""
-        before = set(self._held)
+        before = self.ledger.ids()
         listed = await self.store.processing(self.worker_id)
         for record_id in listed:
-            # Held before the listing, or since: ours already (settled ones are gone from the list, or about to be).
-            if record_id in before or record_id in self._held:
+            # Held before the listing, or since: ours already (written ones are gone from the list, or about to be).
+            if record_id in before or self.ledger.holds(record_id):
                 continue
             state = await self.store.record_state(record_id)
             if state is not None and state.where == "in-flight":
@@ -299,10 +291,8 @@ class PopWorker:
     def _start(self, record: Record) -> None:
         if self._observe_claim is not None:
             self._observe_claim(record)
-        if self._held[record.id]:
-            self.settler.claimed_again(record.id)
-        self._held[record.id] += 1
-        self._running += 1
+        if self.ledger.claim(record.id):
+            self.outcomes.claimed_again(record.id)
         task = asyncio.create_task(self._run(record), name=f"record {record.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -316,31 +306,30 @@ class PopWorker:
             if current is not None and current.cancelling():
                 raise  # our shutdown: the record stays claimed, and release gives it back
             # A cancellation from inside an action (a library cancelling its own future) is the action failing;
-            # left unsettled, the record would sit in our processing list, its slot lost, while we live.
+            # left unwritten, the record would sit in our processing list, its slot lost, while we live.
             failure = Failure("action was cancelled from within")
         finally:
-            self._running -= 1
+            self.ledger.end()
             self.wake()
         probe = self._probe == record.id
         if probe:
             self._probe = None
         if failure is None:
             self.breakers.succeeded()
-            self.settler.succeeded(record, time.monotonic() - started)
+            self.outcomes.succeeded(record, time.monotonic() - started)
         elif failure.transient:
             assert failure.destination is not None
             log.warning("destination unreachable; the record waits", id=record.id, path=record.path,
                         destination=failure.destination, error=failure.message)
             self.breakers.transient(failure.destination, failure.message, probe=probe)
-            self.settler.postponed(record, failure.message)
+            self.outcomes.postponed(record, failure.message)
         else:
             log.warning("action failed", id=record.id, path=record.path, error=failure.message)
             self.breakers.permanent(probe=probe)
-            self.settler.failed(record, failure.message)
+            self.outcomes.failed(record, failure.message)
 
     def _slots_freed(self, ids: list[str]) -> None:
-        self._held.subtract(ids)
-        self._held = +self._held  # drops the ids now at zero
+        self.ledger.written(ids)
         self.wake()
 
     def _note_action_flag(self, off: bool) -> None:

@@ -14,7 +14,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from dataq.pop.settler import Settler
+from dataq.pop.outcomes import OutcomeWriter
 from dataq.push import daemon as push_daemon_module
 from dataq.push.committer import Committer
 from dataq.store import QueueStore
@@ -48,12 +48,12 @@ async def test_a_push_daemon_whose_committer_fails_stops_with_status_1_and_ackno
     assert state is not None and state.where == "active"  # what Redis took stays queued
 
 
-async def test_a_pop_daemon_whose_settler_fails_stops_with_status_1_and_the_record_stays_tracked(
+async def test_a_pop_daemon_whose_outcome_writer_fails_stops_with_status_1_and_the_record_stays_tracked(
     store: QueueStore, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
-    monkeypatch.setattr(Settler, "_settle_batch", broken)
+    monkeypatch.setattr(OutcomeWriter, "_write_batch", broken)
     settings = load(write_config(tmp_path, redis_url, actions=[MARKER], options={MARKER: {"dir": str(markers)}}))
     record = make_records(1)[0]
     async with pop_daemon(settings) as daemon:

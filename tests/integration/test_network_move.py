@@ -292,7 +292,7 @@ def test_accepted_destination_forms(destination: str, tmp_path: Path) -> None:
 # --- hand-on to the next site -------------------------------------------------------------------------------
 
 
-def hand_on_options(daemon: RsyncDaemon, *sites: str, **extra: Any) -> dict[str, Any]:
+def handon_options(daemon: RsyncDaemon, *sites: str, **extra: Any) -> dict[str, Any]:
     return {"destination": daemon.url("valley", "incoming"), "layout": "{date}/{name}",
             "next_sites": list(sites), "next_path": "/valley/data/{relpath}", "handon_timeout": 1.0, **extra}
 
@@ -305,7 +305,7 @@ async def next_site_holds(queue: QueueStore, record: Record) -> Record | None:
 async def test_verified_file_is_handed_on_with_its_path_at_the_next_site(
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}", remove_source=True))
+    action = make_action(tmp_path, **handon_options(daemon, f"{LOOPBACK}:{next_site.port}", remove_source=True))
     await action.run(record)
     handed = await next_site_holds(next_queue, record)
     assert handed is not None
@@ -316,7 +316,7 @@ async def test_verified_file_is_handed_on_with_its_path_at_the_next_site(
 async def test_record_the_next_site_already_holds_is_a_success(
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}"))
+    action = make_action(tmp_path, **handon_options(daemon, f"{LOOPBACK}:{next_site.port}"))
     await action.run(record)
     await action.run(record)  # answered "Ignored": the next site has it
     assert len(await next_queue.list_records(QueueList.ACTIVE)) == 1
@@ -328,7 +328,7 @@ async def test_hand_on_fails_over_past_sites_that_refuse_or_do_not_answer(
     async with SilentServer() as hung:
         sites = (f"{LOOPBACK}:{free_port()}", f"{LOOPBACK}:{hung.port}",
                  f"{LOOPBACK}:{next_site.port}")
-        await make_action(tmp_path, **hand_on_options(daemon, *sites, handon_timeout=0.5)).run(record)
+        await make_action(tmp_path, **handon_options(daemon, *sites, handon_timeout=0.5)).run(record)
     assert await next_site_holds(next_queue, record) is not None
 
 
@@ -336,7 +336,7 @@ async def test_error_reply_of_the_next_site_fails_the_record_and_keeps_the_sourc
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
     too_long = "/" + "x" * 5000 + "/{name}"  # the next site refuses a path longer than PATH_MAX
-    options = hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}", next_path=too_long, remove_source=True)
+    options = handon_options(daemon, f"{LOOPBACK}:{next_site.port}", next_path=too_long, remove_source=True)
     with pytest.raises(ActionError, match=f"next site {LOOPBACK}:{next_site.port} refused the record: path is"):
         await make_action(tmp_path, **options).run(record)
     assert Path(record.path).exists()
@@ -349,7 +349,7 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
     down = f"{LOOPBACK}:{free_port()}"
     async with SilentServer() as hung:
         silent = f"{LOOPBACK}:{hung.port}"
-        action = make_action(tmp_path, **hand_on_options(daemon, down, silent, handon_timeout=0.5,
+        action = make_action(tmp_path, **handon_options(daemon, down, silent, handon_timeout=0.5,
                                                           remove_source=True))
         with pytest.raises(Retryable, match="no next site took the record") as caught:
             await action.run(record)
@@ -363,7 +363,7 @@ async def test_no_next_site_answering_is_a_transient_outage_naming_each(daemon: 
 async def test_the_hand_on_names_this_site_and_the_next_site_stores_it_with_the_record(
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     record = make_file(source, "a.fits", DATA)
-    await make_action(tmp_path, site="mountain", **hand_on_options(daemon, f"{LOOPBACK}:{next_site.port}")).run(record)
+    await make_action(tmp_path, site="mountain", **handon_options(daemon, f"{LOOPBACK}:{next_site.port}")).run(record)
     handed = await next_site_holds(next_queue, record)
     assert handed is not None and handed.source is not None and handed.source.startswith("mountain@127.0.0.1:")
 
@@ -377,7 +377,7 @@ async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path, spool
     server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
     site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
     spool = {"handon_spool": str(tmp_path / "handon")} if spooled else {}
-    action = make_action(tmp_path, site="mountain", **hand_on_options(daemon, site, **spool))
+    action = make_action(tmp_path, site="mountain", **handon_options(daemon, site, **spool))
     await action.start()
     try:
         yield peer, action
@@ -444,7 +444,7 @@ async def test_an_xxh128_record_is_never_handed_to_a_site_older_than_algorithm_n
     peer = OlderPeer()
     server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
     site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
-    action = make_action(tmp_path, site="mountain", checksum="xxh128", **hand_on_options(daemon, site))
+    action = make_action(tmp_path, site="mountain", checksum="xxh128", **handon_options(daemon, site))
     await action.start()
     try:
         with pytest.raises(ActionError, match=r"does not speak checksum algorithms .*: it cannot take xxh128 "
@@ -472,7 +472,7 @@ async def test_a_refusal_in_an_older_sites_words_from_a_site_that_answers_the_ha
 
     server = await asyncio.start_server(serve, LOOPBACK, 0)
     action = make_action(tmp_path, site="mountain",
-                         **hand_on_options(daemon, f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"))
+                         **handon_options(daemon, f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"))
     await action.start()
     try:
         with pytest.raises(ActionError, match="refused the record: unknown JSON key 'site'"):
@@ -488,7 +488,7 @@ async def test_a_full_custody_makes_hand_ons_wait_as_for_an_outage(
         daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path,
         redis_url: str) -> None:
     first, second = (make_file(source, f"{n}.fits", DATA + bytes([n])) for n in range(2))
-    queue = QueueSettings("mountain", actions=("network_move",), action_options={"network_move": hand_on_options(
+    queue = QueueSettings("mountain", actions=("network_move",), action_options={"network_move": handon_options(
         daemon, f"{LOOPBACK}:{next_site.port}", custody_max=1)})
     store = QueueStore.from_url(redis_url, "mountain")
     try:
@@ -509,7 +509,7 @@ async def test_with_a_hand_on_spool_the_record_succeeds_while_the_next_site_is_a
         daemon: RsyncDaemon, redis_url: str, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
     port = free_port()
     record = make_file(source, "a.fits", DATA)
-    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:{port}", remove_source=True,
+    action = make_action(tmp_path, **handon_options(daemon, f"{LOOPBACK}:{port}", remove_source=True,
                                                      handon_spool=str(tmp_path / "handon")))
     await action.start()
     try:
@@ -532,7 +532,7 @@ async def test_with_a_hand_on_spool_the_record_succeeds_while_the_next_site_is_a
 
 
 async def test_two_pop_daemons_cannot_share_a_hand_on_spool(daemon: RsyncDaemon, tmp_path: Path) -> None:
-    options = hand_on_options(daemon, f"{LOOPBACK}:{free_port()}",
+    options = handon_options(daemon, f"{LOOPBACK}:{free_port()}",
                               handon_spool=str(tmp_path / "handon"))
     first = make_action(tmp_path, **options)
     await first.start()
@@ -551,12 +551,12 @@ async def test_the_hand_on_speaks_mutual_tls_to_a_next_site_that_asks_for_it(
     try:
         record = make_file(source, "a.fits", DATA)
         site = f"{LOOPBACK}:{tls_site.port}"
-        plain = make_action(tmp_path, **hand_on_options(daemon, site))
+        plain = make_action(tmp_path, **handon_options(daemon, site))
         await plain.start()
         with pytest.raises(Retryable, match="no next site took the record"):
             await plain.run(record)
         await plain.close()
-        mutual = make_action(tmp_path, **hand_on_options(daemon, site, handon_tls_ca=certs.ca,
+        mutual = make_action(tmp_path, **handon_options(daemon, site, handon_tls_ca=certs.ca,
                                                           handon_tls_cert=certs.client_cert,
                                                           handon_tls_key=certs.client_key))
         await mutual.start()
@@ -568,7 +568,7 @@ async def test_the_hand_on_speaks_mutual_tls_to_a_next_site_that_asks_for_it(
 
 
 async def test_an_unreadable_client_certificate_stops_the_action_at_start(daemon: RsyncDaemon, tmp_path: Path) -> None:
-    action = make_action(tmp_path, **hand_on_options(daemon, f"{LOOPBACK}:9", handon_tls_cert=str(tmp_path / "no"),
+    action = make_action(tmp_path, **handon_options(daemon, f"{LOOPBACK}:9", handon_tls_cert=str(tmp_path / "no"),
                                                      handon_tls_key=str(tmp_path / "no")))
     with pytest.raises(ActionError, match="network_move: cannot load the client certificate"):
         await action.start()

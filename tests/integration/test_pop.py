@@ -1,4 +1,4 @@
-"""The pop daemon in this process against a real redis-server: settling, retries, the action flag, shutdown."""
+"""The pop daemon in this process against a real redis-server: writing, retries, the action flag, shutdown."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ async def test_a_lost_reply_neither_strands_nor_repeats_a_record(
     assert (await store.summary()).tracked == 0
 
 
-class StalledSettlement(QueueStore):
+class StalledOutcomes(QueueStore):
     """A real store whose acknowledgements wait until the test lets them through (Redis slow or unreachable)."""
 
     def __init__(self, url: str) -> None:
@@ -302,12 +302,12 @@ class StalledSettlement(QueueStore):
         return await super().ack(worker, done)
 
 
-async def test_finished_records_free_their_slots_but_unsettled_results_never_exceed_the_concurrency(
+async def test_finished_records_free_their_slots_but_unwritten_outcomes_never_exceed_the_concurrency(
     store: QueueStore, redis_url: str, tmp_path: Path
 ) -> None:
     await store.push_batch(make_records(10), source="t")
     settings = settings_for(tmp_path, redis_url, actions=["echo"], pop={"concurrency": 2})
-    stalled = StalledSettlement(redis_url)
+    stalled = StalledOutcomes(redis_url)
     try:
         actions = load_actions(action_context(settings.queue(QUEUE), store=stalled))
         daemon = PopDaemon(settings, settings.queue(QUEUE), stalled, actions)

@@ -33,7 +33,7 @@ async def test_records_are_pending_in_the_order_taken_in_until_answered(tmp_path
         assert [row.path for row in pending] == [f"/data/f{n}" for n in range(5)]
         assert pending[0].line == b"/data/f0 " + b"0" * 32 + b" 0\n"
         assert [row.path for row in await spool.pending(pending[1].seq, 2)] == ["/data/f2", "/data/f3"]
-        await spool.settle([pending[0].seq, pending[1].seq], [(pending[2].seq, "path refused")])
+        await spool.resolve([pending[0].seq, pending[1].seq], [(pending[2].seq, "path refused")])
         assert [row.path for row in await spool.pending(0, 10)] == ["/data/f3", "/data/f4"]
         status = read_spool_status(spool.directory)
         assert (status.pending, status.refused) == (2, 1)
@@ -43,15 +43,15 @@ async def test_records_are_pending_in_the_order_taken_in_until_answered(tmp_path
         await spool.close()
 
 
-async def test_answers_settled_twice_are_counted_once(tmp_path: Path) -> None:
-    """A settlement cancelled while its transaction ran is retried by the forwarder: the records are gone by
+async def test_answers_resolved_twice_are_counted_once(tmp_path: Path) -> None:
+    """A resolution cancelled while its transaction ran is retried by the forwarder: the records are gone by
     then, and --status must not count them as answered twice."""
     spool = await opened(tmp_path / "s")
     try:
         await spool.add([entry(n) for n in range(3)])
         seqs = [row.seq for row in await spool.pending(0, 10)]
-        await spool.settle(seqs, [])
-        await spool.settle(seqs, [])
+        await spool.resolve(seqs, [])
+        await spool.resolve(seqs, [])
         assert read_spool_status(spool.directory).notes["answered"] == 3
     finally:
         await spool.close()
@@ -128,7 +128,7 @@ async def test_status_and_retry_work_beside_a_running_feeder(tmp_path: Path) -> 
     try:
         await spool.add([entry(n) for n in range(3)])
         rows = await spool.pending(0, 10)
-        await spool.settle([], [(rows[0].seq, "no"), (rows[1].seq, "no")])
+        await spool.resolve([], [(rows[0].seq, "no"), (rows[1].seq, "no")])
         status = read_spool_status(str(tmp_path / "s"))
         assert (status.pending, status.refused, status.held_by) == (1, 2, os.getpid())
         assert retry_refused(str(tmp_path / "s")) == 2

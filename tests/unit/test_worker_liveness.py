@@ -42,11 +42,12 @@ class Stubborn(Action[NoOptions]):
 
 @dataclass
 class Running:
-    """A worker of concurrency 1, registered as its pop daemon would have it, its claim loop and settler running."""
+    """A worker of concurrency 1, registered as its pop daemon would have it, its claim loop and outcome writer
+    running."""
 
     worker: PopWorker
     claiming: asyncio.Task[None]
-    settling: asyncio.Task[None]
+    writing: asyncio.Task[None]
 
     async def started(self, action: Stubborn) -> None:
         """Wait for ``action`` to run; if it does not, say what the claim loop is doing (a CI run once hung here
@@ -59,16 +60,16 @@ class Running:
             ended = claiming.done() and (claiming.cancelled() or claiming.exception())
             raise AssertionError(f"the action never started: claim loop ended={claiming.done()} ({ended!r}), "
                                  f"free slots={self.worker.free_slots()}, "
-                                 f"postponing={self.worker.settler.postponing}") from None
+                                 f"postponing={self.worker.outcomes.postponing}") from None
 
     async def stop(self) -> None:
-        """As the pop daemon stops its parts: the settler is cancelled until it ends (a single cancel can be lost
+        """As the pop daemon stops its parts: the outcome writer is cancelled until it ends (a single cancel can be lost
         in a Redis call, :func:`~dataq.runtime.supervise.cancel_and_wait`; the hang CI saw twice)."""
         self.worker.stop_claiming()
         await asyncio.wait_for(self.claiming, 10)
         await self.worker.finish(0)
-        await cancel_and_wait([self.settling])
-        assert self.settling.done()
+        await cancel_and_wait([self.writing])
+        assert self.writing.done()
 
 
 async def registered_worker(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> PopWorker:
@@ -81,7 +82,7 @@ async def registered_worker(store: QueueStore, queue: QueueSettings, actions: li
 
 async def running(store: QueueStore, queue: QueueSettings, actions: list[Action[Any]]) -> Running:
     worker = await registered_worker(store, queue, actions)
-    return Running(worker, asyncio.create_task(worker.claim_loop()), asyncio.create_task(worker.settler.run()))
+    return Running(worker, asyncio.create_task(worker.claim_loop()), asyncio.create_task(worker.outcomes.run()))
 
 
 async def test_an_action_running_past_its_limit_makes_the_worker_unresponsive_until_it_ends(

@@ -1,12 +1,11 @@
-"""Settling finished records: every result since the last store call goes in one ``ack``, one ``fail`` and one
-``postpone`` (records that wait for an unreachable destination, their failures not counted).
+"""Writing the outcomes of finished records: every outcome since the last store call goes in one ``ack``, one
+``fail`` and one ``postpone`` (records that wait for an unreachable destination, their failures not counted).
 
-Results are kept until Redis has taken them (a StoreUnavailable is retried with backoff, never dropped), and a
-worker's slot is freed only once its record is settled, so an outage pauses claiming instead of piling up
-records that cannot be settled. Retrying a call whose reply was lost is safe: the store answers "not owned"
-for records the lost call already settled, and those are only logged.
+Outcomes are kept until Redis has taken them (a StoreUnavailable is retried with backoff, never dropped), and a
+worker's slot is freed only once its record's outcome is written, so an outage pauses claiming instead of piling
+up outcomes that cannot be written. Retrying a call whose reply was lost is safe: the store answers "not owned"
+for records whose outcome the lost call already wrote, and those are only logged.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -23,21 +22,21 @@ from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
 from dataq.store import FailOutcome, QueueStore, RetryPolicy
 
-SETTLE_BATCH_MAX = 1000
+OUTCOME_BATCH_MAX = 1000
 """Most records in one ack or fail call (bounds the Lua script's argument list and its run time)."""
 LOGGED_IDS_MAX = 20
 """Ids named in one log event about many records."""
 
 FailureObserver = Callable[[str, str], None]
-"""Told of every failure settled (id, message): the systemic-failure watch listens here."""
+"""Told of every failure written (id, message): the systemic-failure watch listens here."""
 
 T = TypeVar("T")
 
 log = get_logger()
 
 
-class Settler:
-    """Collects the results of one worker's records and settles them in batches (run :meth:`run` as a task)."""
+class OutcomeWriter:
+    """Collects the outcomes of one worker's records and writes them in batches (run :meth:`run` as a task)."""
 
     def __init__(
         self,
@@ -45,17 +44,17 @@ class Settler:
         worker_id: str,
         queue: QueueSettings,
         notifier: Notifier,
-        on_settled: Callable[[list[str]], None],
+        on_written: Callable[[list[str]], None],
         *,
         on_failure: FailureObserver | None = None,
     ) -> None:
-        """``on_settled`` gets the ids whose results Redis took (their slots are free); ``on_failure`` each
-        failure settled."""
+        """``on_written`` gets the ids whose results Redis took (their slots are free); ``on_failure`` each
+        failure written."""
         self.store = store
         self.worker_id = worker_id
         self.queue = queue
         self.notifier = notifier
-        self.on_settled = on_settled
+        self.on_written = on_written
         self.on_failure = on_failure
         self.acknowledged = 0
         """Records acknowledged so far (for the heartbeat)."""
@@ -75,7 +74,7 @@ class Settler:
         self._idle.set()
         self._outage = False
         self.pulse = Pulse()
-        """Turns with every settlement and every attempt at one; rests while there is nothing to settle."""
+        """Turns with every batch written and every attempt at one; rests while there is nothing to write."""
 
     @property
     def pending(self) -> int:
@@ -106,9 +105,9 @@ class Settler:
     def claimed_again(self, record_id: str) -> None:
         """The worker claimed ``record_id`` while a result of an earlier claim of it still waits here.
 
-        Only a settled record can be claimed again, so that result was applied by a call whose reply was lost;
+        Only a written record can be claimed again, so that result was applied by a call whose reply was lost;
         sent again it would hit the new claim (an ack would forget it, a fail would queue it again while it
-        runs). It is dropped at the next settle, and the earlier claim's slot freed.
+        runs). It is dropped at the next write, and the earlier claim's slot freed.
         """
         waiting = (sum(1 for i, _ in self._done if i == record_id)
                    + sum(1 for r, _ in (*self._failed, *self._waiting) if r.id == record_id))
@@ -136,8 +135,9 @@ class Settler:
         self._failed = kept(self._failed, lambda entry: entry[0].id)
         self._waiting = kept(self._waiting, lambda entry: entry[0].id)
         self._stale = Counter()
-        log.info("results already settled by a call whose reply was lost; not sent again", ids=dropped[:LOGGED_IDS_MAX])
-        self.on_settled(dropped)
+        log.info("results already written by a call whose reply was lost; not sent again", ids=dropped[:LOGGED_IDS_MAX],
+                 was="results already settled by a call whose reply was lost; not sent again")
+        self.on_written(dropped)
 
     def _sent(self, ids: list[str]) -> None:
         """These results reached Redis: none of them is waiting any more, stale or not."""
@@ -145,12 +145,12 @@ class Settler:
             if self._stale[record_id] > 0:
                 self._stale[record_id] -= 1
 
-    async def settled(self) -> None:
-        """Return once every result so far is settled."""
+    async def written(self) -> None:
+        """Return once every result so far is written."""
         await self._idle.wait()
 
     async def run(self) -> None:
-        """Settle results as they come, until cancelled; keep them through Redis outages."""
+        """Write outcomes as they come, until cancelled; keep them through Redis outages."""
         backoff = Backoff(cap=HOT_RETRY_CAP)
         while True:
             self.pulse.beat()
@@ -160,7 +160,7 @@ class Settler:
                     await self._wake.wait()
             self._wake.clear()
             try:
-                await self._settle_batch(retry=self._outage)
+                await self._write_batch(retry=self._outage)
             except StoreUnavailable as exc:
                 if not self._outage:
                     log.warning("redis unavailable; keeping results until it returns", pending=self.pending,
@@ -169,22 +169,23 @@ class Settler:
                 await backoff.wait()
             else:
                 if self._outage:
-                    log.info("redis is back; settling kept results", pending=self.pending)
+                    log.info("redis is back; writing kept results", pending=self.pending,
+                             was="redis is back; settling kept results")
                     self._outage = False
                 backoff.reset()
 
-    async def _settle_batch(self, *, retry: bool) -> None:
+    async def _write_batch(self, *, retry: bool) -> None:
         self._drop_stale()
         if self._done:
-            batch = self._done[:SETTLE_BATCH_MAX]
+            batch = self._done[:OUTCOME_BATCH_MAX]
             owned = await self.store.ack(self.worker_id, batch)
             del self._done[: len(batch)]
             self._sent([record_id for record_id, _ in batch])
             self.acknowledged += sum(owned)
             self._report_lost([record_id for (record_id, _), mine in zip(batch, owned, strict=True) if not mine], retry)
-            self.on_settled([record_id for record_id, _ in batch])
+            self.on_written([record_id for record_id, _ in batch])
         if self._failed:
-            failures = self._failed[:SETTLE_BATCH_MAX]
+            failures = self._failed[:OUTCOME_BATCH_MAX]
             outcomes = await self.store.fail(
                 self.worker_id,
                 [(record.id, message) for record, message in failures],
@@ -202,20 +203,21 @@ class Settler:
                         self.on_failure(record.id, message)
             self._report_lost([record.id for (record, _), outcome in pairs if outcome is FailOutcome.NOT_OWNED], retry)
             self._report_inactive([failure for failure, outcome in pairs if outcome is FailOutcome.INACTIVE])
-            self.on_settled([record.id for record, _ in failures])
+            self.on_written([record.id for record, _ in failures])
         if self._waiting:
-            waiting = self._waiting[:SETTLE_BATCH_MAX]
+            waiting = self._waiting[:OUTCOME_BATCH_MAX]
             owned = await self.store.postpone(self.worker_id, [(record.id, message) for record, message in waiting])
             del self._waiting[: len(waiting)]
             self._sent([record.id for record, _ in waiting])
             self.postponements += sum(owned)
             self._report_lost([record.id for (record, _), mine in zip(waiting, owned, strict=True) if not mine], retry)
-            self.on_settled([record.id for record, _ in waiting])
+            self.on_written([record.id for record, _ in waiting])
 
     def _report_lost(self, ids: list[str], retry: bool) -> None:
         if ids and retry:
-            # Most likely settled by the call whose reply the outage lost; or swept back meanwhile.
-            log.info("records already settled (by a call whose reply was lost) or taken back",
+            # Most likely written by the call whose reply the outage lost; or swept back meanwhile.
+            log.info("records already written (by a call whose reply was lost) or taken back",
+                     was="records already settled (by a call whose reply was lost) or taken back",
                      count=len(ids), ids=ids[:LOGGED_IDS_MAX])
         elif ids:
             # The sweeper took these back while they ran (our heartbeat had lapsed): they are queued again and

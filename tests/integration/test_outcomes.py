@@ -1,4 +1,4 @@
-"""Settling results when Redis loses a reply: a result already applied is never applied a second time to a
+"""Writing outcomes when Redis loses a reply: an outcome already applied is never applied a second time to a
 new claim of the same record."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from dataq.config import QueueSettings
 from dataq.errors import StoreUnavailable
 from dataq.ops.notices import LogNotifier
-from dataq.pop import settler as settler_module
-from dataq.pop.settler import Settler
+from dataq.pop import outcomes as outcomes_module
+from dataq.pop.outcomes import OutcomeWriter
 from dataq.runtime.backoff import Backoff
 from dataq.store import FailOutcome, QueueList, QueueStore, RetryPolicy, connect
 from dataq.store.lifecycle import NO_DELAY
@@ -37,9 +37,9 @@ class LosesTheFirstFailReply(QueueStore):
 
 
 class RetryWhenTold(Backoff):
-    """The settler's wait before it retries after an outage, held until the test lets it go (``go``): the test
+    """The outcome writer's wait before it retries after an outage, held until the test lets it go (``go``): the test
     claims the record again first, whatever the machine's load (a retry after the usual few milliseconds could
-    come first, and settle the failure a second time)."""
+    come first, and write the failure a second time)."""
 
     go = asyncio.Event()
 
@@ -57,25 +57,25 @@ async def flaky(redis_url: str) -> AsyncIterator[LosesTheFirstFailReply]:
 async def test_a_failure_whose_reply_was_lost_is_not_sent_again_once_the_record_is_claimed_again(
     flaky: LosesTheFirstFailReply, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(settler_module, "Backoff", RetryWhenTold)
+    monkeypatch.setattr(outcomes_module, "Backoff", RetryWhenTold)
     RetryWhenTold.go = asyncio.Event()
     (record,) = make_records(1)
     await flaky.push_batch([record], source="t")
     await flaky.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
     assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
     freed: list[str] = []
-    settler = Settler(flaky, WORKER, QueueSettings("transfer", max_errors=5), LogNotifier(), freed.extend)
-    task = asyncio.create_task(settler.run())
+    outcomes = OutcomeWriter(flaky, WORKER, QueueSettings("transfer", max_errors=5), LogNotifier(), freed.extend)
+    task = asyncio.create_task(outcomes.run())
     try:
-        settler.failed(record, "boom")
+        outcomes.failed(record, "boom")
 
         async def applied_but_unanswered() -> bool:
             return flaky.fail_calls == 1 and await flaky.r.llen(flaky.keys.active) == 1
 
         await eventually(applied_but_unanswered, timeout=5, what="the fail to be applied with its reply lost")
-        # The record is runnable again, and this worker claims it before the settler retries.
+        # The record is runnable again, and this worker claims it before the outcome writer retries.
         assert [r.id for r in (await flaky.claim(WORKER, 1)).records] == [record.id]
-        settler.claimed_again(record.id)
+        outcomes.claimed_again(record.id)
         RetryWhenTold.go.set()
 
         async def slot_freed() -> bool:
