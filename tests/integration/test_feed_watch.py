@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dataq.embedded.redis_server import free_port
-from dataq.feed import intake
+from dataq.feed import file_intake
 from dataq.feed.client import client_tls_context
 from dataq.feed.watch import Watcher, WatchError, WatchOptions
 from dataq.store import QueueStore
@@ -53,8 +53,8 @@ async def test_a_burst_of_files_of_every_size_is_pushed_whoever_looks_at_them(
 ) -> None:
     # Files at or over the event loop's size limit are hashed on threads; a batch out of the loop's time goes to
     # a checksum thread. Made small here so that a few files take every road.
-    monkeypatch.setattr(intake, "INLINE_BYTES", 20_000)
-    monkeypatch.setattr(intake, "INLINE_BUDGET", budget)
+    monkeypatch.setattr(file_intake, "INLINE_BYTES", 20_000)
+    monkeypatch.setattr(file_intake, "INLINE_BUDGET", budget)
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])
     wanted = {write_file(fed.root / f"f{n:03d}.fits", os.urandom(19_999 + n % 3)): str(fed.root / f"f{n:03d}.fits")
@@ -375,10 +375,10 @@ async def test_a_push_daemon_whose_certificate_is_refused_is_left_for_the_next(
 async def test_a_file_the_feeder_may_not_read_is_looked_at_again_later(
     push_daemon: StartPush, feeder: StartFeeder, store: QueueStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dataq.feed import intake, watch
+    from dataq.feed import examine, watch
 
     refused: list[str] = []
-    real = intake._hash_unchanged
+    real = examine._hash_unchanged
 
     def first_time_refused(path: str, *args: Any) -> str | None:
         if path not in refused:
@@ -386,7 +386,7 @@ async def test_a_file_the_feeder_may_not_read_is_looked_at_again_later(
             raise PermissionError(13, "Permission denied")
         return real(path, *args)
 
-    monkeypatch.setattr(intake, "_hash_unchanged", first_time_refused)
+    monkeypatch.setattr(examine, "_hash_unchanged", first_time_refused)
     monkeypatch.setattr(watch, "RETRY_UNREADABLE", 0.5)
     daemon = await push_daemon()
     fed = await feeder([(daemon.host, daemon.port)])

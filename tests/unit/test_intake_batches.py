@@ -10,9 +10,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import cast
 
+import pytest
+
+from dataq.errors import SpoolCorrupt
+from dataq.feed.file_intake import EXAMINE_STREAM_GAP
 from dataq.feed.forward import Forwarder
-from dataq.feed.intake import EXAMINE_STREAM_GAP, Intake
+from dataq.feed.intake import Intake
 from dataq.feed.spool import Entry, Spool
+from dataq.record import Record
 
 
 class CountingSpool(Spool):
@@ -68,3 +73,48 @@ async def test_files_closed_a_few_milliseconds_apart_share_a_few_transactions(tm
 async def test_files_that_come_alone_are_each_taken_at_once(tmp_path: Path) -> None:
     transactions = await taken_in(tmp_path, 3, EXAMINE_STREAM_GAP * 15)
     assert transactions == [1, 1, 1]
+
+
+class FailingSpool(CountingSpool):
+    """A spool whose disk fails (not fills) at its second transaction."""
+
+    async def add(self, entries: Sequence[Entry]) -> None:
+        if self.transactions:
+            raise SpoolCorrupt("the spool is damaged (a test's)")
+        await super().add(entries)
+
+
+async def test_a_spool_failing_under_a_watch_ends_the_intake_with_its_error_and_stops_the_watch(
+        tmp_path: Path) -> None:
+    closed: list[bool] = []
+
+    async def watch() -> AsyncIterator[str]:
+        try:
+            async for path in closed_files(tmp_path / "incoming", 10_000, 0.005):
+                yield path
+        finally:
+            closed.append(True)
+
+    spool = await FailingSpool(str(tmp_path / "spool")).open()
+    try:
+        with pytest.raises(SpoolCorrupt, match="damaged"):  # the error itself, not a group of them
+            async with asyncio.timeout(30):
+                await Intake(spool, cast(Forwarder, Woken())).take_files(watch())
+    finally:
+        await spool.close()
+    assert closed == [True], "the watcher stopped with the intake"
+
+
+async def test_a_spool_failing_under_records_ends_their_intake_with_its_error(tmp_path: Path) -> None:
+    async def records() -> AsyncIterator[Record]:
+        for n in range(5000):
+            yield Record(f"/data/{n}.fits", f"{n:032x}", n)
+            await asyncio.sleep(0)
+
+    spool = await FailingSpool(str(tmp_path / "spool")).open()
+    try:
+        with pytest.raises(SpoolCorrupt, match="damaged"):
+            async with asyncio.timeout(30):
+                await Intake(spool, cast(Forwarder, Woken())).take_records(records())
+    finally:
+        await spool.close()
