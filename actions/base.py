@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dataq.config import QueueSettings
-from dataq.custody.keeper import Custody
 from dataq.ops.notices import Notifier
 from dataq.record import Record
+from dataq.store.facets import CustodyFacet
 
 from .batcher import BatchOptions
 
@@ -80,7 +80,7 @@ class ActionContext:
     action's :meth:`Action.records_at_once` asks for more."""
     leases: Leases
     """The queue's leases (:meth:`dataq.store.QueueStore.lease`)."""
-    custody: Custody | None = None
+    custody: CustodyFacet | None = None
     """The queue's custody set, for an action that hands records on to another site (None: not kept)."""
     site: str = ""
     """This site's name (the setting ``site``)."""

@@ -17,7 +17,7 @@ from dataq.custody.client import ask
 from dataq.custody.desk import CUSTODY_STATE, ReceiptDesk
 from dataq.custody.receipts import Receipt, ReceiptKind
 from dataq.errors import DataqError
-from dataq.store import QueueStore
+from dataq.store.facets import CustodyFacet
 
 MAX_HOPS = 16
 """Sites followed at most (a chain that loops back on itself ends here)."""
@@ -72,7 +72,7 @@ class Tracer:
     tls: ssl.SSLContext | None
     within: float
 
-    async def trace(self, store: QueueStore, record_id: str) -> list[Hop]:
+    async def trace(self, store: CustodyFacet, record_id: str) -> list[Hop]:
         (known,) = await store.whereabouts([record_id], self.desk.max_errors)
         receipt = self.desk.answer(record_id, known)
         hops = [hop_of(receipt, None)]

@@ -29,9 +29,8 @@ import os
 import ssl
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from dataq.addresses import host_port_text
 from dataq.config.feed_settings import parse_target
@@ -44,6 +43,7 @@ from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
 from dataq.runtime.supervise import cancel_and_wait
 from dataq.store.custody import CustodyEntry, CustodyStep, LastAnswer
 from dataq.store.custody_codes import Step
+from dataq.store.facets import CustodyFacet
 
 _RANK = {ReceiptKind.DONE: 3, ReceiptKind.PENDING: 2, ReceiptKind.UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
@@ -58,31 +58,6 @@ log = get_logger()
 
 SourceCheck = Callable[[CustodyEntry], None]
 """Deletes a record's source if it is still the file that was sent (the action's, run in a thread)."""
-
-
-class Custody(Protocol):
-    """The queue's custody set (:mod:`dataq.store.custody`; the pop daemon's store provides it)."""
-
-    def keep(self, entries: Sequence[CustodyEntry], first_ask: float, now: float | None = None) -> Awaitable[int]:
-        """Put records in custody (or keep them there); the number in custody after."""
-        ...
-
-    def custody_due(self, limit: int, now: float | None = None) -> Awaitable[list[CustodyEntry]]:
-        """Records whose next site is due to be asked."""
-        ...
-
-    def custody_count(self) -> Awaitable[int]:
-        """Records in custody."""
-        ...
-
-    def oldest_in_custody(self, limit: int) -> Awaitable[list[CustodyEntry]]:
-        """The records longest in custody, the oldest first."""
-        ...
-
-    def apply_steps(self, steps: Sequence[CustodyStep], resend_wait: float,
-                    now: float | None = None) -> Awaitable[list[bool]]:
-        """Take the steps decided on what the next sites answered."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +76,7 @@ class KeeperOptions:
 class CustodyKeeper:
     """Runs beside a pop daemon's workers for a queue whose ``network_move`` hands records on."""
 
-    def __init__(self, custody: Custody, options: KeeperOptions, *, tls: ssl.SSLContext | None,
+    def __init__(self, custody: CustodyFacet, options: KeeperOptions, *, tls: ssl.SSLContext | None,
                  remove_source: SourceCheck, notifier: Notifier | None,
                  spooled: Callable[[list[str]], Awaitable[set[str]]] | None = None,
                  peers: PeerBook | None = None) -> None:

@@ -20,7 +20,8 @@ from dataq.ops.notices import Notifier, inactive_records_notice
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
-from dataq.store import FailOutcome, QueueStore, RetryPolicy
+from dataq.store import FailOutcome, RetryPolicy
+from dataq.store.facets import RecordPath
 
 OUTCOME_BATCH_MAX = 1000
 """Most records in one ack or fail call (bounds the Lua script's argument list and its run time)."""
@@ -40,7 +41,7 @@ class OutcomeWriter:
 
     def __init__(
         self,
-        store: QueueStore,
+        store: RecordPath,
         worker_id: str,
         queue: QueueSettings,
         notifier: Notifier,

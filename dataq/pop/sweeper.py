@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from dataq.config import EventSettings, PopSettings
 from dataq.logs import get_logger
 from dataq.ops.notices import Notifier, crash_loop_notice
-from dataq.store import QueueStore
+from dataq.store.facets import Sweeping
 
 TRIM_INTERVAL = 60.0
 """Seconds between two trims of the event stream by age (trimming is cheap, but there is no hurry)."""
@@ -31,7 +31,7 @@ class Sweep:
 
 
 class Sweeper:
-    def __init__(self, store: QueueStore, pop: PopSettings, events: EventSettings, notifier: Notifier, *,
+    def __init__(self, store: Sweeping, pop: PopSettings, events: EventSettings, notifier: Notifier, *,
                  own_worker: str | None = None) -> None:
         self.store = store
         self.own_worker = own_worker

@@ -37,7 +37,8 @@ from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
 from dataq.runtime.systemd import STALL_AFTER
-from dataq.store import NOTICE_WORK, ClaimStatus, Flag, QueueStore
+from dataq.store import NOTICE_WORK, ClaimStatus, Flag
+from dataq.store.facets import RecordPath
 
 POLL_INTERVAL = 1.0
 """Seconds an idle worker waits for a notice before it tries to claim anyway (notices are lost while the
@@ -119,7 +120,7 @@ class PopWorker:
 
     def __init__(
         self,
-        store: QueueStore,
+        store: RecordPath,
         worker_id: str,
         queue: QueueSettings,
         actions: Sequence[Action[Any]],

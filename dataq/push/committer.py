@@ -38,7 +38,8 @@ from dataq.push.unconfirmed import Item, Replay, Unconfirmed
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
-from dataq.store import Known, QueueStore
+from dataq.store import Known
+from dataq.store.facets import PushPath
 
 PIPELINE_DEPTH = 2
 """Batches at Redis at once (see :meth:`Committer.run`)."""
@@ -93,7 +94,7 @@ class Committer:
 
     def __init__(
         self,
-        store: QueueStore,
+        store: PushPath,
         gate: Gate,
         *,
         batch_max: int,

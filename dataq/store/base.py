@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
@@ -15,6 +15,7 @@ from dataq.store.connection import load_scripts
 from dataq.store.lane import Lane, Script
 from dataq.store.remembered import DEFAULT_REMEMBER_DONE, Lookup, lookup
 from dataq.store.replication import Replication
+from dataq.store.replies import DecodedRedis
 
 NOTICE_WORK = "work"
 """Published when records become runnable, so idle pop daemons claim at once instead of polling."""
@@ -39,9 +40,8 @@ class StoreBase:
         remember_done: float = DEFAULT_REMEMBER_DONE,
     ) -> None:
         self.client = client
-        # redis-py types every reply as ``bytes | str`` whatever ``decode_responses`` says; this client always
-        # decodes, so commands go through an untyped alias and each method states the type it returns.
-        self.r: Any = client
+        self.r = cast(DecodedRedis, client)
+        """The client with its replies typed as they come, decoded (:mod:`.replies`)."""
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.events_max_len = events_max_len

@@ -312,7 +312,9 @@ class LifecycleOps(StoreBase):
                 await pubsub.subscribe(*channels)
             while True:
                 message = await pubsub.get_message(timeout=None)
-                kind = None if message is None else message["type"]
+                if message is None:  # none without a timeout; a wait that ends empty is waited again
+                    continue
+                kind = message["type"]
                 if kind in ("message", "smessage"):
                     yield str(message["data"])
                 elif kind in ("sunsubscribe", "unsubscribe"):
