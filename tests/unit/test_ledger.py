@@ -93,7 +93,7 @@ class Worker(RuleBasedStateMachine):
                 assert free == 0, "a probe only when nothing else runs"
 
 
-Worker.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+Worker.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
 TestWorkerSlots = Worker.TestCase
 
 

@@ -11,6 +11,7 @@ writes them quotes the parser's refusals. The behaviour is checked too, with rew
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +29,11 @@ def sources() -> list[Path]:
     return sorted(path for folder in SOURCES for path in folder.rglob("*.py"))
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def is_words(node: ast.expr) -> bool:
     return (isinstance(node, ast.Attribute) and node.attr in READ_FIELDS) or (
         isinstance(node, ast.Name) and node.id in READ_FIELDS)
@@ -43,7 +49,7 @@ def readings(path: Path) -> list[str]:
     """Where ``path`` looks into a refusal's words."""
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree_of(path)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in ("startswith", "endswith") and is_words(node.func.value):
             found.append(f"{shown}:{node.lineno}: {ast.unparse(node)}")
@@ -65,7 +71,7 @@ def test_no_module_but_the_parser_quotes_a_parsers_refusal() -> None:
     for path in sources():
         if path == PARSER:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree_of(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and any(text in node.value for text in REFUSAL_TEXTS):
                 quoted.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
