@@ -138,7 +138,7 @@ WITH_RECEIPT = """
 local values = redis.call('HGETALL', KEYS[1])
 for i = 1, #values, 2 do redis.call('HSET', KEYS[1], values[i], values[i + 1] .. ',1234') end
 """
-"""Each remembered value as a receipt leaves it at a site that hands records on (``custody_settle.lua``)."""
+"""Each remembered value as a receipt leaves it at a site that hands records on (``custody_step.lua``)."""
 
 
 async def memory_of_remembered(store: QueueStore) -> tuple[int, int, set[str]]:

@@ -164,10 +164,17 @@ async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, with
             raise ProtocolError("an answer to the handshake longer than the connection's read limit") from None
     if len(line) > MAX_HELLO_BYTES:
         raise ProtocolError(f"an answer to the handshake longer than {MAX_HELLO_BYTES} bytes")
-    if not is_hello(line) and parse_reply(line).refuses_connection:
+    if not is_hello(line) and _refuses_connection(line):
         # The protocol's one reply that answers no line: the daemon is full, not older (a fixed token).
         raise ConnectionRefusedError(TOO_MANY_CONNECTIONS)
     return read_answer(line)
+
+
+def _refuses_connection(line: bytes) -> bool:
+    try:
+        return parse_reply(line).refuses_connection
+    except ProtocolError:  # not a reply of the push protocol at all: a peer that did not answer the handshake
+        return False
 
 
 class Peer:

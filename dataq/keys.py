@@ -51,11 +51,11 @@ key                    type    what it holds                                    
                                ms>]``; ``g`` a generation of ``remember_done`` seconds,    generation + 1
                                ``s`` one of 65,536 shards (small hashes stay listpacks).
 ``custody``            hash    id -> JSON of a record handed on to the next site and not    network_move,
-                               confirmed by the end of the chain yet (:mod:`.custody`).    receipts settle
+                               confirmed by the end of the chain yet (:mod:`.custody`).    custody steps
 ``custody_due``        zset    custody ids by when their next site is asked (ms).          as custody
 ``custody_since``      zset    custody ids by when they were first handed on (ms).         as custody
 ``custody_sites``      hash    next site -> records in custody there.                      as custody
-``receipts``           list    ``<ms>,<end-to-end ms>`` of the newest receipts (capped).   receipts settle
+``receipts``           list    ``<ms>,<end-to-end ms>`` of the newest receipts (capped).   custody steps
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel

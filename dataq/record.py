@@ -327,8 +327,9 @@ def form_for(line: bytes, speaks: frozenset[Capability]) -> bytes:
         obj = json.loads(line)
     except ValueError:
         return line
-    if not isinstance(obj, dict):
-        return line
+    if not isinstance(obj, dict) or not isinstance(obj.get("path"), str) or not isinstance(obj.get("checksum"), str) \
+            or type(obj.get("size")) is not int:
+        return line  # not a record: sent as it is, for the daemon to refuse saying why
     drop = {key for key in OPTIONAL_KEYS.intersection(obj) if Capability(key) not in speaks}
     if not drop:
         return line
@@ -340,7 +341,7 @@ def form_for(line: bytes, speaks: frozenset[Capability]) -> bytes:
     for key in drop:
         del obj[key]
     if not OPTIONAL_KEYS.intersection(obj):
-        record = Record(str(obj["path"]), str(obj["checksum"]), int(obj["size"]))
+        record = Record(obj["path"], obj["checksum"], obj["size"])
         return (format_line(record) + "\n").encode("utf-8", "surrogateescape")
     return (json.dumps(obj) + "\n").encode("utf-8", "surrogateescape")
 

@@ -8,7 +8,6 @@ import contextlib
 import ssl
 from collections.abc import Sequence
 
-from dataq.addresses import host_port_text
 from dataq.custody.receipts import Receipt, ReceiptKind, parse_answer, query_line
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
@@ -39,7 +38,8 @@ async def ask(host: str, port: int, ids: Sequence[str], *, site: str, tls: ssl.S
             reader, writer = await asyncio.open_connection(host, port, ssl=tls)
             try:
                 greeting = await greet(reader, writer, None)  # ``within`` bounds it all
-                (peer or Peer(host_port_text(host, port))).learned(greeting)
+                if peer is not None:
+                    peer.learned(greeting)
                 if not greeting.speaks(Capability.RECEIPTS):
                     raise ReceiptsNotSpoken(greeting)
                 return await _exchange(reader, writer, ids, site)

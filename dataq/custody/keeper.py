@@ -14,8 +14,9 @@ spool are not asked), and takes a step with every answer, all in one atomic call
 * no answer (the next site is down, or refuses connections): an outage, not a loss: nothing is resent, the
   entries are asked about again later;
 * a push daemon whose handshake does not name receipts (a dataq older than 0.2, or the 2014 data-q): logged once,
-  and its records stay in custody (their sources are never deleted by ``after_receipt``); it is asked again each
-  round, over a new connection whose handshake tells at once when it has been upgraded.
+  and its records stay in custody (their sources are never deleted by ``after_receipt``); they are asked about
+  again every :data:`NO_RECEIPTS_ASK_INTERVAL` at least, over a new connection whose handshake tells at once when
+  the site has been upgraded.
 
 Records in custody longer than ``receipt_alarm`` seconds make a notice (one per ``receipt_alarm``, at most one an
 hour).
@@ -49,6 +50,9 @@ _RANK = {ReceiptKind.DONE: 3, ReceiptKind.PENDING: 2, ReceiptKind.UNKNOWN: 0}
 """Which answer wins when several next sites are asked about one record (any other kind, an error, ranks 1)."""
 DUE_PER_ROUND = 1000
 """Custody entries one round asks about at most."""
+NO_RECEIPTS_ASK_INTERVAL = 60.0
+"""Seconds at least between two questions to a next site that does not speak receipts: each is a connection it
+answers with a refusal, logged there (its hand-ons, one connection each, still see an upgrade at once)."""
 ALARM_EXAMPLES = 5
 """Records an overdue-receipt notice names."""
 ALARM_MIN_INTERVAL = 3600.0
@@ -152,7 +156,10 @@ class CustodyKeeper:
             else:
                 answered.append(receipts)
         if not answered:
-            return [CustodyStep(Step.ASK_LATER, entry, ask_at=now + options.interval) for entry in entries]
+            wait = options.interval
+            if all(candidate in self.no_receipts for candidate in candidates):
+                wait = max(wait, NO_RECEIPTS_ASK_INTERVAL)
+            return [CustodyStep(Step.ASK_LATER, entry, ask_at=now + wait) for entry in entries]
         steps = []
         for index, entry in enumerate(entries):
             receipt = max((receipts[index] for receipts in answered), key=lambda r: _RANK.get(r.kind, 1))

@@ -295,6 +295,8 @@ class Feeder:
             raise _ConnectionLost(f"no answer to the handshake within {self.timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:
             raise _ConnectionLost(str(exc) or type(exc).__name__) from exc
+        except ProtocolError as exc:  # a malformed hello: left as a daemon that cannot be talked to, for the next
+            raise _ConnectionLost(str(exc)) from exc
         self.greeting = greeting
         self.peers[host_port_text(self.host, self.port)].learned(greeting)
         self._speaks = None if greeting.full else greeting.capabilities

@@ -2,7 +2,7 @@
 
 Names, help texts and the text format are prometheus-client's. What dataq keeps itself, and why:
 
-* Counters are the daemon's own running totals (the committer's, the settler's), read at scrape time through
+* Counters are the daemon's own running totals (the committer's, the outcome writer's), read at scrape time through
   one custom collector: the hot paths carry no metrics code at all.
 * Histograms count into buckets here (:class:`Buckets`): one bisection on the event loop, 0.3 µs, where a
   prometheus-client ``Histogram.observe`` takes a lock per call (2–3 µs), which only threads need. At 25,000

@@ -274,6 +274,11 @@ class FeederConnection(asyncio.Protocol):
                         self.speaks = hello.capabilities
                         self.log.debug("feeder greeted", version=hello.version, speaks=sorted(hello.capabilities),
                                        unknown=hello.unknown or None)
+                        if not entries and not self.in_flight and self.transport is not None:
+                            # Nothing of this connection waits for an answer before it (a hello opens a
+                            # connection): answered at once, not behind other connections' writes to Redis.
+                            self.transport.write(hello.answer())
+                            continue
                         entries.append(hello)
                         continue
                     if is_query(line):

@@ -87,7 +87,10 @@ class CustodyEntry:
                                                     self.record.pushed_at or time.time())[0],
                                  "site": self.site, "at": round(self.handed_at * 1000), "n": self.resends}
         if self.last is not None:
-            value["a"] = self.last.encode()
+            # The words under "a", as dataq 0.1 kept them (a push daemon of 0.1 on the same Redis, mid-upgrade,
+            # answers receipts from them), and the fields under "la".
+            value["a"] = self.last.describe()
+            value["la"] = self.last.encode()
         if self.identity is not None:
             # A string: the scripts' JSON keeps 14 digits of a number, and nanosecond times have 19.
             value["f"] = ":".join(str(part) for part in self.identity)
@@ -96,7 +99,7 @@ class CustodyEntry:
     @classmethod
     def decode(cls, record_id: str, raw: str) -> CustodyEntry:
         value = json.loads(raw)
-        last, identity = value.get("a"), value.get("f")
+        last, identity = value.get("la", value.get("a")), value.get("f")
         return cls(decode_stored(record_id, value["r"]), str(value["site"]), int(value["at"]) / 1000,
                    LastAnswer.decode(last) if last is not None else None,
                    tuple(int(part) for part in identity.split(":")) if identity else None,

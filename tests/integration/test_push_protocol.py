@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from dataq import __version__
 from dataq.errors import ProtocolError
+from dataq.handshake import OURS, Greeting, hello_line, read_answer
 from dataq.protocol import LineFramer, OverLong, ReplyKind, format_reply, parse_reply
 from dataq.record import format_line
 from dataq.store import QueueList, QueueStore
@@ -211,3 +213,22 @@ def test_an_unknown_reply_is_a_protocol_error_and_an_error_text_never_breaks_the
     with pytest.raises(ProtocolError):
         parse_reply(b"OK\n")
     assert format_reply(ReplyKind.ERROR, "two\nlines") == "Error: two\\nlines\n"
+
+
+async def test_a_hello_is_answered_with_what_the_daemon_speaks_in_its_place_among_the_lines(
+    push_daemon: StartPush, store: QueueStore
+) -> None:
+    daemon = await push_daemon()
+    records = make_records(3)
+    answer = hello_line().decode().rstrip("\n")
+    client = await LineClient.connect(daemon.port)
+    # First on its connection (answered at once), then between records (answered in its place).
+    await client.send(hello_line().decode().rstrip("\n"), records[0], hello_line().decode().rstrip("\n"), records[1],
+                      '{"hello":"dataq","speaks":"all"}', records[2])
+    replies = await client.replies(6)
+    assert replies[0] == answer and replies[2] == answer
+    assert read_answer(replies[0].encode()) == Greeting(OURS, __version__)
+    assert [replies[1], replies[3], replies[5]] == [reply_for(record) for record in records]
+    assert replies[4] == "Error: hello: 'speaks' must be a list of names"
+    assert sorted(await active_ids(store)) == sorted(record.checksum for record in records), "a hello stores nothing"
+    await client.close()

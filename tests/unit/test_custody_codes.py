@@ -53,3 +53,10 @@ def test_a_receipt_becomes_the_last_answer_an_entry_keeps() -> None:
     assert receipt.kind is ReceiptKind.PENDING
     assert receipt.last_answer("resent") == LastAnswer("pending", "far", "delayed", "timeout", "resent")
     assert parse_answer('{"id":"x","receipt":"unknown","site":"far"}').describe() == "unknown at far"
+
+
+def test_an_entry_keeps_its_last_answer_in_words_too_for_a_push_daemon_of_0_1_on_the_same_redis() -> None:
+    last = LastAnswer("pending", "archive", "queued")
+    value = json.loads(CustodyEntry(RECORD, "valley:9988", 1_700_000_010.0, last=last).encode())
+    assert value["a"] == "pending at archive: queued" and not value["a"].startswith("{")
+    assert CustodyEntry.decode(RECORD.checksum, json.dumps(value)).last == last, "the fields win"

@@ -175,3 +175,9 @@ def test_each_next_site_keeps_what_it_said_last_and_an_upgrade_is_used_at_once()
     assert valley.speaks(Capability.RECEIPTS) is True, "the next connection's handshake, no timer"
     assert book.known() == {"valley:9988": Greeting(OURS, "0.2.0")}
     assert "2014" in LEGACY.describe() and "receipts" in Greeting(OURS, "0.2.0").describe()
+
+
+@pytest.mark.parametrize("answer", [b"+OK ready\n", b"\n", b"ERR unknown command\n"])
+async def test_an_answer_that_is_no_reply_of_the_push_protocol_is_a_peer_without_the_handshake(answer: bytes) -> None:
+    async with peer(saying(answer)) as (reader, writer):
+        assert await greet(reader, writer, 5.0) == LEGACY

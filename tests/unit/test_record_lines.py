@@ -132,3 +132,11 @@ def test_a_hand_on_line_with_a_bad_site_name_is_refused_naming_it(site: object, 
         parse_line(line)
     with pytest.raises(InvalidRecord, match="unknown JSON key 'sit'"):
         parse_line(json.dumps({"path": "/a", "checksum": "0" * 32, "size": 1, "sit": "x"}))
+
+
+@pytest.mark.parametrize("line", [b'{"path": "/a", "checksum": "' + b"0" * 32 + b'", "size": 1.9, "site": "m"}\n',
+                                  b'{"path": "/a", "checksum": "' + b"0" * 32 + b'", "size": true, "site": "m"}\n',
+                                  b'{"checksum": "' + b"0" * 32 + b'", "size": 1, "site": "m"}\n',
+                                  b'{"path": 7, "checksum": "x", "size": 1, "site": "m"}\n'])
+def test_a_line_that_is_no_record_goes_as_it_is_for_the_daemon_to_refuse_saying_why(line: bytes) -> None:
+    assert form_for(line, frozenset()) == line

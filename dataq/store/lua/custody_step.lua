@@ -26,6 +26,11 @@ local function forget(id, entry)
   redis.call('ZREM', since, id)
   if redis.call('HINCRBY', sites, entry['site'], -1) <= 0 then redis.call('HDEL', sites, entry['site']) end
 end
+-- Every code is checked before anything is written: a step this script does not know leaves the batch untouched.
+local known = {[STEP_DONE] = true, [STEP_PENDING] = true, [STEP_ASK_LATER] = true, [STEP_RESEND] = true}
+for base = 9, #ARGV, 5 do
+  if not known[ARGV[base]] then return redis.error_reply('unknown custody step ' .. ARGV[base]) end
+end
 local op = 0
 for base = 9, #ARGV, 5 do
   op = op + 1
@@ -65,7 +70,7 @@ for base = 9, #ARGV, 5 do
     redis.call('HINCRBY', counters, 'receipt_ms_sum', latency)
     if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'receipt', 'id', id, 'd', 'done at ' .. a) end
     status[op] = '1'
-  elseif kind == STEP_RESEND then
+  else -- STEP_RESEND (every code was checked above)
     local entry = cjson.decode(a)
     -- Back in the queue as it was first pushed here, unless it is there already (run again meanwhile).
     if redis.call('HSETNX', records, id, entry['r']) == 1 then
@@ -77,8 +82,6 @@ for base = 9, #ARGV, 5 do
     -- Asked about again once it is handed on anew (custody_keep); meanwhile only if it is never kept again.
     redis.call('ZADD', due, b, id)
     status[op] = '1'
-  else
-    return redis.error_reply('unknown custody step ' .. kind)
   end
 end
 if resent > 0 then
