@@ -228,13 +228,14 @@ def daemon_env() -> dict[str, str]:
 class PopProcess:
     """``dataq pop --config FILE`` as a child process."""
 
-    def __init__(self, config: Path, *extra: str) -> None:
+    def __init__(self, config: Path, *extra: str, tmp: Path | None = None) -> None:
+        """``tmp``: the daemon's own temporary directory (``TMPDIR``), away from other tests' daemons."""
         self.config = config
         self.stderr_path = config.parent / f"pop-{time.monotonic_ns()}.stderr"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 (closed in wait/kill)
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from dataq.cli.main import main; main()", "pop", "--config", str(config), *extra],
-            env=daemon_env(),
+            env=daemon_env() if tmp is None else {**daemon_env(), "TMPDIR": str(tmp)},
             cwd="/",
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,

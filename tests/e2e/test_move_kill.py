@@ -8,7 +8,6 @@ import asyncio
 import glob
 import os
 import signal
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -62,9 +61,13 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
         with rsync_daemon(tmp_path / "rsyncd", {"valley": valley}) as daemon, processes() as started:
             config = write_config(tmp_path, redis_url, daemon, program)
             await store.push_batch(records, source="test")
-            first = PopProcess(config)
+            # Their own temporary directory: any network_move that starts removes the work directories of dead
+            # daemons, and another test's, starting between the kill and the look below, would remove this one's.
+            tmp = tmp_path / "tmp"
+            tmp.mkdir()
+            first = PopProcess(config, tmp=tmp)
             started.append(first)
-            work_dirs = os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{first.pid}-*")
+            work_dirs = os.path.join(tmp, f"{WORK_PREFIX}{first.pid}-*")
             worker = await first.registered(store)
 
             def mid_batch() -> bool:
@@ -93,7 +96,7 @@ async def test_a_pop_daemon_killed_mid_batch_loses_nothing_and_resends_at_most_i
 
             left = glob.glob(work_dirs)
             assert left, "the killed daemon left the work directory of its batch"
-            second = PopProcess(config)
+            second = PopProcess(config, tmp=tmp)
             started.append(second)
             await eventually_equal(lambda: counter(store, "done"), FILES, timeout=DONE_TIMEOUT,
                                  what="every record done")
