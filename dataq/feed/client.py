@@ -4,7 +4,9 @@
 an iterable of Records or record lines, get back a :class:`FeedResult` with every reply in input order. It
 keeps up to ``window`` records sent but unanswered; when the connection drops it reconnects with backoff and
 sends every unanswered record again, which the daemon's de-duplication makes safe (such a record may then come
-back ``Ignored`` although this feeder's first attempt stored it).
+back ``Ignored`` although this feeder's first attempt stored it). Each connection opens with the handshake
+(:mod:`dataq.handshake`): lines go in the forms the daemon said it speaks, or the 2014 forms to one that did not
+answer it.
 
 Several push daemons may be given (the seed's ``highAvailabilitySites``): they are tried in order, and one that
 refuses the connection, does not accept it within ``timeout`` or, with records waiting, stays silent that long
