@@ -75,11 +75,14 @@ class SenderCustody:
     def status(self) -> Mapping[str, object]:
         """The next sites that cannot be asked for receipts, and why (for the heartbeat)."""
         keeper = self.keeper
-        if keeper is None or not (keeper.down or keeper.no_receipts):
+        if keeper is None:
+            return {}
+        no_receipts = keeper.no_receipts
+        if not (keeper.down or no_receipts):
             return {}
         problems = {site: f"does not answer: {error}" for site, error in keeper.down.items()}
         problems.update({site: f"does not speak receipts, so its records stay in custody and their sources are "
-                               f"kept: {speaks}" for site, speaks in keeper.no_receipts.items()})
+                               f"kept: {speaks}" for site, speaks in no_receipts.items()})
         return {PEERS_KEY: problems}
 
     async def close(self, grace: float) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -184,11 +183,10 @@ class Peer:
         self.name = name
         self.greeting: Greeting | None = None
         """None until the first connection."""
-        self.learned_at: float | None = None
 
     def learned(self, greeting: Greeting) -> None:
         """Keep what a new connection's handshake said; a change is logged (a site upgraded or replaced)."""
-        before, self.greeting, self.learned_at = self.greeting, greeting, time.time()
+        before, self.greeting = self.greeting, greeting
         if before == greeting:
             return
         if greeting.legacy:

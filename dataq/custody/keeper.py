@@ -38,7 +38,7 @@ from dataq.config.feed_settings import parse_target
 from dataq.custody.client import ReceiptsNotSpoken, ask
 from dataq.custody.receipts import Receipt, ReceiptKind
 from dataq.errors import DataqError
-from dataq.handshake import PeerBook
+from dataq.handshake import Capability, PeerBook
 from dataq.logs import get_logger
 from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
 from dataq.runtime.supervise import cancel_and_wait
@@ -90,12 +90,23 @@ class CustodyKeeper:
         self.notifier = notifier or LogNotifier()
         self.peers = peers if peers is not None else PeerBook()
         """What each next site said in its last handshake (shared with the hand-on)."""
-        self.no_receipts: dict[str, str] = {}
-        """Next sites whose handshake does not name receipts, and what it said."""
+        self._warned: set[str] = set()
+        """Next sites this keeper has logged as not speaking receipts (once each, until they do)."""
         self.down: dict[str, str] = {}
         """Next sites that did not answer, and why."""
         self._alarmed_at = 0.0
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def no_receipts(self) -> dict[str, str]:
+        """Next sites whose last handshake (a hand-on's or this keeper's) does not name receipts, and what it
+        said: derived from :attr:`peers`, the one record of what each next site speaks."""
+        found = {}
+        for site in self.options.sites:
+            greeting = self.peers[host_port_text(*parse_target(site))].greeting
+            if greeting is not None and not greeting.speaks(Capability.RECEIPTS):
+                found[site] = greeting.describe()
+        return found
 
     def start(self, stop: asyncio.Event) -> None:
         self._task = asyncio.create_task(self._run(stop), name="custody keeper")
@@ -157,7 +168,8 @@ class CustodyKeeper:
                 answered.append(receipts)
         if not answered:
             wait = options.interval
-            if all(candidate in self.no_receipts for candidate in candidates):
+            no_receipts = self.no_receipts
+            if all(candidate in no_receipts for candidate in candidates):
                 wait = max(wait, NO_RECEIPTS_ASK_INTERVAL)
             return [CustodyStep(Step.ASK_LATER, entry, ask_at=now + wait) for entry in entries]
         steps = []
@@ -178,12 +190,12 @@ class CustodyKeeper:
             receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout,
                                  peer=self.peers[host_port_text(host, port)])
         except ReceiptsNotSpoken as exc:
-            if candidate not in self.no_receipts:
+            if candidate not in self._warned:
+                self._warned.add(candidate)
                 log.warning("the next site does not speak receipts: its records stay in custody and their sources "
                             "are kept", site=candidate, speaks=exc.greeting.describe(),
                             was="the next site does not understand receipts (an older dataq): its records stay in "
                                 "custody and their sources are kept")
-            self.no_receipts[candidate] = exc.greeting.describe()
             return None
         except DataqError as exc:
             if candidate not in self.down:
@@ -194,7 +206,8 @@ class CustodyKeeper:
         if candidate in self.down:
             log.info("the next site answers receipts again", site=candidate)
         self.down.pop(candidate, None)
-        if self.no_receipts.pop(candidate, None) is not None:
+        if candidate in self._warned:
+            self._warned.discard(candidate)
             log.info("the next site speaks receipts now", site=candidate)
         return receipts
 
