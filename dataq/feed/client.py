@@ -34,8 +34,8 @@ from dataq.feed.link import (
     LinkCallback,
     LinkState,
     client_tls_context,
-    encode_item,
 )
+from dataq.feed.source import PRODUCER_CHUNKS, Chunk, Entry, draw
 from dataq.handshake import Capability, Greeting, PeerBook, greet
 from dataq.logs import get_logger
 from dataq.protocol import PUSHED_PREFIX, LineFramer, OverLong, Reply, parse_reply
@@ -54,10 +54,6 @@ FAILBACK_AFTER = 60.0
 READ_CHUNK = 256 * 1024
 RESEND_LOG_EVERY = 1000
 """A resend is logged once per this many (a replica can be missing for a long time)."""
-PRODUCER_CHUNK = 256
-"""Items of a synchronous source handed to the sender at once (an async source's go one by one)."""
-PRODUCER_CHUNKS = 16
-"""Chunks drawn from the source ahead of the sender."""
 MAX_REPLY_BYTES = 4096
 """Longest reply line accepted (error replies are capped well below this by the daemon)."""
 
@@ -76,17 +72,12 @@ class _SourceFailed(Exception):
     """Reading the items failed (the cause says how); the feed ends with that error."""
 
 
-_Entry = tuple[int, bytes, str | None]
-"""An item ready to send: its index, its line, and the id its reply must name (None: not checked)."""
-_Chunk = list[_Entry] | BaseException | None
-"""What the producer hands the sender: entries, the error that stopped the source, or None at its end."""
 
 
 class Feeder:
     """Feeds records to one push daemon over one connection at a time (see the module's docstring).
 
-    A producer task draws from the source for the whole feed, so a connection that fails never interrupts the
-    source mid-item (cancelling an async generator would end it for good).
+    A task draws from the source for the whole feed (:mod:`dataq.feed.source`).
     """
 
     def __init__(
@@ -121,9 +112,9 @@ class Feeder:
         self._link = LinkState(len(self.targets), on_link)
         self._quiet_since = 0.0
         """When the oldest record in flight was sent, or the last reply came (the silence timer's start)."""
-        self._in_flight: deque[_Entry] = deque()
-        self._carry: deque[_Entry] = deque()
-        self._chunks: asyncio.Queue[_Chunk] = asyncio.Queue(PRODUCER_CHUNKS)
+        self._in_flight: deque[Entry] = deque()
+        self._carry: deque[Entry] = deque()
+        self._chunks: asyncio.Queue[Chunk] = asyncio.Queue(PRODUCER_CHUNKS)
         self._source_done = False
         self._room = asyncio.Event()
         self._result = FeedResult()
@@ -168,7 +159,7 @@ class Feeder:
         self._chunks = asyncio.Queue(PRODUCER_CHUNKS)
         self._source_done = False
         started = time.perf_counter()
-        producer = asyncio.create_task(self._produce(items), name="feeder-source")
+        producer = asyncio.create_task(draw(items, self._chunks, self._record), name="feeder-source")
         try:
             await self._run_connections()
         except _SourceFailed as exc:
@@ -224,46 +215,6 @@ class Feeder:
             log.debug("the first push daemon is still away", target=f"{host}:{port}", error=error)
         if step.delay:
             await asyncio.sleep(step.delay)
-
-    async def _produce(self, items: Iterable[FeedItem] | AsyncIterable[FeedItem | FeedChunk]) -> None:
-        """Draw every item from the source into the queue of chunks (refusing the unsendable ones at once)."""
-        index = 0
-        try:
-            if isinstance(items, AsyncIterable):
-                # As the source gives them (an item, or a list): it may be slow, and what it gave must go out now.
-                async for item in items:
-                    given = item if isinstance(item, list) else [item]
-                    entries = []
-                    for one in given:
-                        entry = self._prepare(index, one)
-                        index += 1
-                        if entry is not None:
-                            entries.append(entry)
-                    if entries:
-                        await self._chunks.put(entries)
-            else:
-                chunk: list[_Entry] = []
-                for item in items:
-                    entry = self._prepare(index, item)
-                    index += 1
-                    if entry is not None:
-                        chunk.append(entry)
-                        if len(chunk) >= PRODUCER_CHUNK:
-                            await self._chunks.put(chunk)
-                            chunk = []
-                if chunk:
-                    await self._chunks.put(chunk)
-        except Exception as exc:
-            await self._chunks.put(exc)
-            return
-        await self._chunks.put(None)
-
-    def _prepare(self, index: int, item: FeedItem) -> _Entry | None:
-        encoded = encode_item(item)
-        if isinstance(encoded, Reply):
-            self._record(index, encoded)
-            return None
-        return index, encoded[0], encoded[1]
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: the handshake, then send (resending what is unanswered first) and read replies until
@@ -345,7 +296,7 @@ class Feeder:
                 await writer.drain()
         self._room.set()
 
-    def _accept(self, chunk: _Chunk) -> None:
+    def _accept(self, chunk: Chunk) -> None:
         if chunk is None:
             self._source_done = True
         elif isinstance(chunk, BaseException):
@@ -401,7 +352,7 @@ class Feeder:
             if len(in_flight) < self.window or not in_flight:
                 self._room.set()
 
-    def _resend(self, entry: _Entry, reply: Reply) -> None:
+    def _resend(self, entry: Entry, reply: Reply) -> None:
         """Send the record again: the daemon stored it, maybe, but could not yet promise to keep it."""
         if self._result.resent % RESEND_LOG_EVERY == 0:
             log.warning("the push daemon asks to send records again; resending", reason=reply.detail,
