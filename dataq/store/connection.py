@@ -24,6 +24,7 @@ from redis.retry import Retry as SyncRetry
 
 from dataq.config import REDIS_URL_SCHEMES
 from dataq.errors import RangeError, StoreError, StoreUnavailable
+from dataq.store import closed_writes
 from dataq.store.custody_codes import lua_constants as custody_constants
 from dataq.store.lane import Script
 from dataq.store.rate_ring import lua_constants
@@ -49,6 +50,8 @@ SCRIPT_NAMES = (
 SCRIPT_LIBRARIES = ("rates", "stored")
 """The files of ``lua/lib/`` put before every script, in this order."""
 _RANGE_ERROR_PREFIX = "DQRANGE "
+
+closed_writes.install()
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -9,6 +9,7 @@ import pytest
 
 from dataq.errors import InvalidRecord, RangeError, StoreUnavailable
 from dataq.record import Record
+from dataq.runtime.loop import loop_factory
 from dataq.store import ClaimStatus, FailOutcome, Flag, QueueList, QueueStore, RetryPolicy
 from tests.helpers import make_records, until_subscribed
 
@@ -625,3 +626,30 @@ async def test_a_done_record_is_remembered_for_remember_done_seconds_then_is_new
         assert (await store.push_batch([record], source="cli")).pushed == [True]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_command_on_a_connection_the_loop_already_closed_is_an_outage_then_the_next_reconnects(
+    redis_url: str, loop: str
+) -> None:
+    """The event loop may close a pooled connection's transport (the server went away) before redis-py notices;
+    uvloop, the daemons' loop, then raised RuntimeError from the write, and a Redis restart stopped the daemon."""
+    factory = None if loop == "asyncio" else loop_factory()
+    assert loop == "asyncio" or factory is not None, "uvloop is installed with dataq"
+
+    async def scenario() -> None:
+        store = QueueStore.from_url(redis_url, "closed")
+        try:
+            await store.summary()
+            pool = store.r.connection_pool
+            for connection in pool._available_connections:  # what the loop leaves when the server goes away
+                connection._writer.transport.close()
+            await asyncio.sleep(0.01)
+            with pytest.raises(StoreUnavailable):
+                await store.summary()
+            assert (await store.summary()).tracked == 0
+        finally:
+            await store.close()
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(scenario())

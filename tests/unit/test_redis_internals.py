@@ -16,6 +16,7 @@ from redis.asyncio.cluster import NodesManager, RedisCluster
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
+from dataq.store import closed_writes
 from dataq.store.cluster import SlotConnection, SlotConnectionPool
 from dataq.store.sentinel import FollowingPool, SerialSentinel
 
@@ -31,6 +32,7 @@ OVERRIDDEN: list[tuple[str, Callable[..., Any], Callable[..., Any], list[str]]] 
      ["self"]),
     ("SlotConnection.connect_check_health", AbstractConnection.connect_check_health,
      SlotConnection.connect_check_health, ["self", "check_health", "retry_socket_connect"]),
+    ("closed_writes.send_if_open", closed_writes.REPLACED, closed_writes.send_if_open, ["self", "command"]),
 ]
 
 CALLED = [
@@ -81,6 +83,14 @@ def test_each_internal_dataq_calls_still_takes_what_dataq_passes(
 ) -> None:
     assert positional(function)[: len(expected)] == expected, (
         f"redis-py changed {function.__qualname__}{inspect.signature(function)}")
+
+
+def test_every_command_with_a_socket_timeout_is_written_by_the_replaced_write() -> None:
+    """closed_writes replaces ``_send_packed_command``: redis-py must still write through it when a connection has
+    a socket timeout, as every dataq connection has."""
+    source = inspect.getsource(AbstractConnection.send_packed_command)
+    assert "if self.socket_timeout:" in source and "self._send_packed_command(command)" in source
+    assert AbstractConnection._send_packed_command is closed_writes.send_if_open
 
 
 def test_the_attributes_dataq_reads_of_redis_py_objects_are_still_there() -> None:
