@@ -156,6 +156,12 @@ class PopSettings(Section):
     """Seconds between two sweeps for dead workers and due retries."""
     grace_period: float = setting(30.0, ge=0)
     """Seconds running actions get to finish on shutdown before they are cancelled (0: cancel at once)."""
+    shutdown_redis_wait: float = setting(30.0, ge=0)
+    """Seconds a stopping daemon, after the grace period, keeps retrying an unavailable Redis to write the outcomes
+    of finished records and give the others back. Past it the daemon exits with status 1 and leaves them in its
+    processing list, for another daemon's sweep once its heartbeat expires: none is lost, and records that finished
+    meanwhile run again. ``dataq run`` and the systemd unit (``TimeoutStopSec=``) must give a daemon more time to stop
+    than ``grace_period`` and this together."""
     max_crashes: int = setting(3, ge=0)
     """Times a record's worker may die while running it before the record goes inactive."""
     unreachable_after: int = setting(3, ge=1)

@@ -34,7 +34,7 @@ from dataq.runtime.supervise import EXIT_FAILED, Supervisor
 from dataq.store import redis_address
 
 CHILD_STOP_TIMEOUT_MARGIN = 10.0
-"""Seconds a child gets beyond its own grace period to exit after SIGTERM, before SIGKILL."""
+"""Seconds a child gets beyond its own grace period and Redis wait to exit after SIGTERM, before SIGKILL."""
 HEALTHY_AFTER = 30.0
 """A child that ran this long before dying is restarted at once again (its backoff is reset)."""
 RESTART_BACKOFF_CAP = 30.0
@@ -158,7 +158,7 @@ async def run_suite(
     await stop.wait()
     # All at once: each stops its intake and drains.
     await asyncio.gather(*supervisor.tasks, return_exceptions=True)
-    timeout = settings.pop.grace_period + CHILD_STOP_TIMEOUT_MARGIN
+    timeout = settings.pop.grace_period + settings.pop.shutdown_redis_wait + CHILD_STOP_TIMEOUT_MARGIN
     await asyncio.gather(*(_stop_child(child, timeout) for child in plan))
     return 0 if supervisor.failed is None else EXIT_FAILED
 

@@ -38,9 +38,6 @@ from dataq.store import QueueStore
 EXIT_OK = 0
 EXIT_UNWRITTEN = 1
 """Shutdown could not reach Redis: some outcomes are unwritten (their records will run again, none is lost)."""
-SHUTDOWN_REDIS_WAIT = 30.0
-"""Seconds shutdown keeps retrying Redis (to write outcomes and give records back) before it leaves that to
-the sweepers of other daemons."""
 ROLE = "pop"
 
 log = get_logger()
@@ -223,7 +220,7 @@ class PopDaemon:
         cancelled = await self.worker.finish(self.pop.grace_period)
         # 3. Write the outcomes of finished records before releasing, or release would queue again records that are
         #    done. A writer that died of a bug writes nothing more: its records go back with the rest, to run again.
-        deadline = time.monotonic() + SHUTDOWN_REDIS_WAIT
+        deadline = time.monotonic() + self.pop.shutdown_redis_wait
         written = await self._within(self._written_or_gone(writing), deadline)
         # 4. Give back what is still held (cancelled records) to the next-to-run end; leave the registry. The
         #    heartbeat beats until here, so no sweeper takes the records meanwhile.

@@ -35,6 +35,7 @@ def suite_config(tmp_path: Path, port: int, redis_url: str | None = None) -> Pat
         "[log]", f'dir = "{tmp_path / "log"}"', 'level = "warning"',
         "[push]", f"port = {port}",
         "[pop]", "heartbeat_interval = 0.2", "heartbeat_ttl = 2.0", "sweep_interval = 0.2", "grace_period = 2.0",
+        "shutdown_redis_wait = 2.0",
         "[metrics]", "push_port = 0", "pop_port = 0", "[web]", "port = 0",
         "[queues.transfer]", 'actions = ["echo"]',
     ]

@@ -39,7 +39,7 @@ from tests.pop_support import daemon_env
 
 GONE_TIMEOUT = 60.0
 """Seconds a process gets to be gone. Generous: a SIGTERMed pop daemon whose Redis went away at the same moment
-retries Redis for up to 30 s (``dataq.pop.daemon.SHUTDOWN_REDIS_WAIT``) before it exits."""
+retries Redis for ``shutdown_redis_wait`` (2 s in :func:`suite_config`) after its grace period before it exits."""
 START_TIMEOUT = 30.0
 FED = 20
 HELD = f"{__name__}:HeldAction"

@@ -11,10 +11,11 @@ import pytest
 from dataq.actions import load_actions
 from dataq.config import Settings
 from dataq.errors import StoreUnavailable
-from dataq.pop.daemon import PopDaemon
+from dataq.pop.daemon import EXIT_UNWRITTEN, PopDaemon
 from dataq.store import Claim, Flag, QueueList, QueueStore, RecordState, connect
 from testbed.actions import action_context
 from testbed.waits import eventually, eventually_equal
+from tests.conftest import MakeRedis
 from tests.helpers import make_records, scrape, until_subscribed
 from tests.pop_support import (
     FAIL_SOME,
@@ -188,6 +189,34 @@ async def test_stop_cancels_actions_after_the_grace_period_and_puts_their_record
     # Next to run is the right end: the four that were running, oldest first, then the two never claimed.
     assert list(reversed(await ids_of(store, QueueList.ACTIVE))) == [r.checksum for r in records]
     assert [(await state(store, r.checksum)).errors for r in records] == [0] * 6
+
+
+async def test_a_stop_while_redis_is_down_waits_shutdown_redis_wait_then_leaves_the_records_to_a_sweep(
+    make_redis: MakeRedis, tmp_path: Path
+) -> None:
+    server = make_redis()
+    store = QueueStore.from_url(server.url, "transfer")
+    try:
+        await store.push_batch(make_records(4), source="t")
+        settings = settings_for(tmp_path, server.url, actions=["sleep:30"],
+                                pop={"grace_period": 0.2, "shutdown_redis_wait": 1.5})
+        async with pop_daemon(settings, concurrency=4) as daemon:
+            await eventually_equal(lambda: _in_flight(store), 4, what="4 records running")
+            server.stop()
+            started = asyncio.get_running_loop().time()
+            assert await daemon.shut_down() == EXIT_UNWRITTEN
+            waited = asyncio.get_running_loop().time() - started
+        assert 1.5 <= waited < 10, f"stopped after {waited:.1f} s"
+    finally:
+        await store.close()
+    server.start()
+    # Nothing was lost: the records stay in the stopped worker's processing list until a sweep takes them back.
+    store = QueueStore.from_url(server.url, "transfer")
+    try:
+        summary = await store.summary()
+        assert (summary.tracked, summary.in_flight) == (4, 4)
+    finally:
+        await store.close()
 
 
 async def test_the_registry_shows_the_worker_with_its_counts(store: QueueStore, redis_url: str, tmp_path: Path) -> None:

@@ -77,9 +77,9 @@ def test_queue_daemons_are_templates_whose_instance_is_the_queue(role: str) -> N
         "/usr/local/bin/dataq", "units", "--config", "/etc/dataq/dataq.toml", "--has", f"{role}:%I"]
 
 
-def test_the_pop_daemon_gets_more_time_to_stop_than_its_grace_period() -> None:
+def test_the_pop_daemon_gets_more_time_to_stop_than_its_grace_period_and_redis_wait() -> None:
     stop_timeout = float(one(parse("dataq-pop@.service"), "Service", "TimeoutStopSec"))
-    assert stop_timeout > PopSettings().grace_period
+    assert stop_timeout > PopSettings().grace_period + PopSettings().shutdown_redis_wait
 
 
 def test_systemctl_start_dataq_starts_the_target_and_stopping_it_stops_the_suite() -> None:
