@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from dataclasses import replace
 from typing import NoReturn
 
 import click
@@ -59,7 +60,9 @@ attempted. A range move is atomic: it moves all its records or none. FIRST and L
 order). --load pushes the file's lines in file order (the first line runs first); a malformed line
 stops it, and the records before it stay loaded (Redis acknowledged them). --dump writes its file
 whole or not at all, oldest record first (for the active list: the next to run first), so a --load
-of it queues the records in the order they had. --limit and --offset page --list only.
+of it queues the records in the order they had. --limit and --offset page --list only. --clear
+also forgets the ids the queue remembers done (remember_done), so records loaded after it are moved
+again; --again pushes records remembered done without forgetting the others.
 
 \b
 Exit status:
@@ -73,7 +76,8 @@ Exit status:
 """
 
 
-def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRules) -> tuple[tuple[str, Record], ...]:
+def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRules,
+            again: bool) -> tuple[tuple[str, Record], ...]:
     pushes: list[tuple[str, Record]] = []
     for line in pushstr:
         try:
@@ -81,7 +85,7 @@ def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRu
         except InvalidRecord as exc:
             raise InvalidRecord(f"--pushstr {line!r}: {exc}") from exc
     pushes += [("pushfile", files.file_record(path, rules)) for path in pushfile]
-    return tuple(pushes)
+    return tuple((switch, replace(record, again=True) if again else record) for switch, record in pushes)
 
 
 def _checked_id(record_id: str, rules: RecordRules, switch: str = "--show") -> str:
@@ -163,6 +167,9 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @click.option("--pushstr", multiple=True, metavar='"PATH CHECKSUM SIZE"', help="Push one record line.")
 @click.option("--pushfile", multiple=True, type=click.Path(dir_okay=False), metavar="PATH",
               help="Push the record of a data file (its md5 and size computed here).")
+@click.option("--again", is_flag=True,
+              help="With --load, --pushstr, --pushfile: push records even if the queue remembers them done, and "
+              "hand them on marked so (every site moves them again).")
 @click.option("--workers", is_flag=True,
               help="The worker registry: host, pid, since, heartbeat, done, failed (with --json, also destinations "
               "that take fewer network_move calls at once).")
@@ -198,6 +205,7 @@ def main(
     redo: bool,
     pushstr: tuple[str, ...],
     pushfile: tuple[str, ...],
+    again: bool,
     workers: bool,
     events: int | None,
     follow: bool,
@@ -211,6 +219,8 @@ def main(
     """
     if (limit is not None or offset) and list_ is None:
         raise click.UsageError("--limit and --offset page --list; give --list too")
+    if again and not (load or pushstr or pushfile):
+        raise click.UsageError("--again applies to --load, --pushstr and --pushfile; give one of them too")
     if redis_url is not None and (redis_host is not None or redis_port is not None):
         raise click.UsageError("--redis and --host/--port both name the Redis server; give one or the other")
     settings = load_or_exit(config_path)
@@ -230,8 +240,9 @@ def main(
             action=None if action is None else action == "on",
             read=None if read is None else read == "on",
             clear=clear,
-            pushes=_pushes(pushstr, pushfile, queue.rules),
+            pushes=_pushes(pushstr, pushfile, queue.rules, again),
             load=load,
+            again=again,
             advance=advance,
             deactivate=deactivate,
             activate=activate,

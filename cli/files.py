@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import click
@@ -90,10 +90,12 @@ async def load(
     *,
     warn: Callable[[str], None],
     progress: bool,
+    again: bool = False,
 ) -> LoadOutcome:
     """Push every record line of ``path`` (``-``: stdin) in file order, ``LOAD_BATCH`` records per commit.
 
-    Blank lines are skipped. A malformed line stops the load with a FileProblem naming the file and line; the
+    Blank lines are skipped; with ``again`` every record is pushed even if the queue remembers it done (as a line
+    that says ``"again": true`` is). A malformed line stops the load with a FileProblem naming the file and line; the
     batches before it stay loaded, since Redis has acknowledged them.
     """
     outcome = LoadOutcome()
@@ -124,7 +126,8 @@ async def load(
                 if not line.strip():
                     continue
                 try:
-                    batch.append(parse_line(line, rules))
+                    record = parse_line(line, rules)
+                    batch.append(replace(record, again=True) if again and not record.again else record)
                 except InvalidRecord as exc:
                     await flush()
                     ignored = f" ({outcome.duplicates} duplicates ignored)" if outcome.duplicates else ""

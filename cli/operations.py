@@ -48,6 +48,8 @@ class Request:
     pushes: tuple[tuple[str, Record], ...] = ()
     """(switch, record) for each --pushstr and --pushfile, in that order."""
     load: str | None = None
+    again: bool = False
+    """--load pushes its records sent again on purpose (--pushstr's and --pushfile's already say so)."""
     advance: tuple[str, str] | None = None
     deactivate: tuple[str, str] | None = None
     activate: tuple[str, str] | None = None
@@ -98,7 +100,8 @@ async def _flags(ctx: Context) -> None:
 
 async def _clear(ctx: Context) -> None:
     if ctx.request.clear:
-        ctx.out.cleared(await ctx.store.clear())
+        # The remembered done ids too: records loaded again after a clear are then moved again (the 2014 way).
+        ctx.out.cleared(await ctx.store.clear(), await ctx.store.forget_done())
 
 
 async def _push(ctx: Context) -> None:
@@ -107,7 +110,8 @@ async def _push(ctx: Context) -> None:
         reply = pushed_reply(record.checksum) if stored else ignored_reply(record.checksum)
         ctx.out.pushed(switch, record, stored, reply.rstrip("\n"))
     if ctx.request.load is not None:
-        outcome = await files.load(ctx.store, ctx.request.load, ctx.rules, warn=ctx.out.warn, progress=ctx.progress)
+        outcome = await files.load(ctx.store, ctx.request.load, ctx.rules, warn=ctx.out.warn, progress=ctx.progress,
+                                   again=ctx.request.again)
         ctx.out.loaded(ctx.request.load, outcome.loaded, outcome.duplicates)
 
 
@@ -281,7 +285,7 @@ Step = Callable[[Context], Awaitable[None]]
 
 PLAN: tuple[tuple[str, str, Step], ...] = (
     ("--action, --read", "switch the flags", _flags),
-    ("--clear", "forget every record", _clear),
+    ("--clear", "forget every record and the ids remembered done", _clear),
     ("--pushstr, --pushfile, --load", "push records", _push),
     ("--advance, --deactivate, --activate, --delete, --redo", "range moves, in this order", _moves),
     ("--dump", "write the list to a file", _dump),

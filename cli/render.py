@@ -82,11 +82,12 @@ class Renderer:
         else:
             self._text(f"Turned {flag.value} {_on_off(on)} (it was {_on_off(previous)})")
 
-    def cleared(self, count: int) -> None:
+    def cleared(self, count: int, forgotten: int) -> None:
         if self.as_json:
-            self._doc("clear", cleared=count)
+            self._doc("clear", cleared=count, forgot_done=forgotten)
         else:
             self._text(f"Cleared {count} records")
+            self._text(f"Forgot {forgotten} remembered done ids")
 
     def pushed(self, switch: str, record: Record, stored: bool, reply: str) -> None:
         if self.as_json:

@@ -73,6 +73,8 @@ from dataclasses import dataclass
 PREFIX = "dq"
 QUEUE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+DONE_SHARDS = 65_536
+"""Shards per generation of the remembered done records: one per value of a digest's first two bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,11 @@ class QueueKeys:
         if generation < 0:
             raise ValueError(f"invalid generation {generation}")
         return self._key(f"done:{generation}:")
+
+    def done_shards(self, generation: int) -> list[str]:
+        """Every shard of one generation of the remembered done records, in order of their numbers."""
+        prefix = self.done_prefix(generation)
+        return [f"{prefix}{shard:04x}" for shard in range(DONE_SHARDS)]
 
     def processing(self, worker: str) -> str:
         return self._key(f"processing:{_checked_worker(worker)}")

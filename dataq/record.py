@@ -9,14 +9,13 @@ is the only place that parses or formats records, so the daemons, the CLI and th
   hand-on adds ``"site"``, the handing site's name: :func:`handon_line`; a feeder adds ``"identity"``, the file
   it hashed: :attr:`Record.identity`);
 * the list line ``<checksum> : path=<path>, size=<size>`` that ``dataq-cli --list`` prints;
-* the stored value kept in Redis (fields joined by NUL, which no validated field can contain).
+* the stored value kept in Redis (:mod:`dataq.stored_value`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +47,13 @@ ALGORITHM_KEY = "algorithm"
 whose queue uses another is refused, not silently mismatched)."""
 IDENTITY_KEY = "identity"
 """An optional key of the JSON form: the identity of the file the feeder hashed (:attr:`Record.identity`)."""
+AGAIN_KEY = "again"
+"""An optional key of the JSON form: ``true`` for a record sent again on purpose (:attr:`Record.again`)."""
 IDENTITY_FIELDS = 5
-OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY})
+OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY, AGAIN_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """A site's name (the setting ``site``)."""
-_STORED_SEPARATOR = "\0"
-_DIGITS = re.compile(r"[0-9]+")
+DIGITS = re.compile(r"[0-9]+")
 _COMMON_LINE = rf"(/[!-~]{{0,{MAX_PATH_LENGTH - 1}}}) ([!-~]+) ([0-9]{{1,19}})\r?\n?"
 _COMMON_LINE_TEXT = re.compile(_COMMON_LINE)
 _COMMON_LINE_BYTES = re.compile(_COMMON_LINE.encode())
@@ -87,6 +87,9 @@ class Record:
     """The algorithm of the checksum, where the record's maker knows it (a feeder's own read): the line that
     carries the identity names it, so that a queue of another algorithm refuses it instead of taking a checksum
     nobody checked as proven."""
+    again: bool = False
+    """Sent again on purpose (``dataq-cli --again``, an audit's repair): stored even if the queue remembers the id
+    done, and handed on marked so, so that every site of a cascade moves the file again."""
 
     @property
     def id(self) -> str:
@@ -152,10 +155,10 @@ def check_identity(identity: object, size: int) -> Identity:
                             f"{IDENTITY_FIELDS} integers (device, inode, size, mtime and ctime in ns), 0 or more")
     if identity[2] != size:
         raise InvalidRecord(f"identity says {identity[2]} bytes; the record says {size}")
-    return _as_identity(identity)
+    return as_identity(identity)
 
 
-def _as_identity(fields: list[int]) -> Identity:
+def as_identity(fields: list[int]) -> Identity:
     """Five integers (checked by the caller) as an identity."""
     device, inode, size, mtime_ns, ctime_ns = fields
     return device, inode, size, mtime_ns, ctime_ns
@@ -172,8 +175,8 @@ def check_size(size: object) -> int:
 
 
 def _parse_size_text(text: str) -> int:
-    if _DIGITS.fullmatch(text) is None:
-        if text.startswith("-") and _DIGITS.fullmatch(text[1:]):
+    if DIGITS.fullmatch(text) is None:
+        if text.startswith("-") and DIGITS.fullmatch(text[1:]):
             raise InvalidRecord(f"size {_shortened(text)} is negative")
         raise InvalidRecord(f"size {_shortened(text)!r} is not a non-negative integer")
     if len(text.lstrip("0")) > len(str(MAX_SIZE)):
@@ -283,24 +286,29 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
     elif site is not None:
         # A hand-on from a site older than algorithm names: its records are md5 (xxh128's look the same).
         rules.check_algorithm(DEFAULT_ALGORITHM)
+    again = obj.get(AGAIN_KEY, False)
+    if not isinstance(again, bool):
+        raise InvalidRecord(f"again {_shortened(json.dumps(again), 40)} is not true or false")
     record = make_record(path, checksum, obj["size"], rules)
     identity = check_identity(obj[IDENTITY_KEY], record.size) if obj.get(IDENTITY_KEY) is not None else None
     if identity is not None and ALGORITHM_KEY not in obj:
         raise InvalidRecord("identity needs the key 'algorithm': the algorithm of the checksum it proves")
-    if site is None and identity is None:
+    if site is None and identity is None and not again:
         return record
-    return Record(record.path, record.checksum, record.size, source=site, identity=identity)
+    return Record(record.path, record.checksum, record.size, source=site, identity=identity, again=again)
 
 
 def format_line(record: Record, *, with_identity: bool = False) -> str:
-    """The line a feeder would send for this record (text form unless the path holds whitespace); with
+    """The line a feeder would send for this record (text form unless the path holds whitespace or the record is
+    sent :attr:`~Record.again`); with
     ``with_identity``, the JSON form with the record's file identity and algorithm, if it has them (a feeder's own
     read)."""
+    marks: dict[str, object] = {AGAIN_KEY: True} if record.again else {}
     if with_identity and record.identity is not None and record.algorithm is not None:
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
-                           ALGORITHM_KEY: record.algorithm, IDENTITY_KEY: list(record.identity)})
-    if _WHITESPACE.search(record.path) is not None:  # a scan, not a Python step per character
-        return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size})
+                           ALGORITHM_KEY: record.algorithm, IDENTITY_KEY: list(record.identity), **marks})
+    if marks or _WHITESPACE.search(record.path) is not None:  # a scan, not a Python step per character
+        return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size, **marks})
     return f"{record.path} {record.checksum} {record.size}"
 
 
@@ -310,6 +318,8 @@ def handon_line(record: Record, site: str, algorithm: str = DEFAULT_ALGORITHM) -
     named: dict[str, object] = {"path": record.path, "checksum": record.checksum, "size": record.size}
     if site:
         named[SITE_KEY] = site
+    if record.again:
+        named[AGAIN_KEY] = True
     return json.dumps({**named, ALGORITHM_KEY: algorithm})
 
 
@@ -349,69 +359,3 @@ def form_for(line: bytes, speaks: frozenset[Capability]) -> bytes:
 def format_list_line(record: Record) -> str:
     """The ``dataq-cli --list`` line: ``<checksum> : path=<path>, size=<size>``."""
     return f"{record.checksum} : path={record.path}, size={record.size}"
-
-
-def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list[str]:
-    """The values Redis keeps for records pushed at one time, each with its source (the checksum is the hash
-    field, not part of the value).
-
-    The push time is kept to the microsecond: together with the source it makes the value of one write unique,
-    which is how a retried write recognises what its own lost attempt stored (see ``push_batch.lua``). It and each
-    source are formatted once per batch, not per record. A path or id that would break the framing is refused.
-    """
-    stamp = str(round(pushed_at * 1_000_000))
-    tails: dict[str, str] = {}
-    # A fifth field, the file's identity, only when known: values without it stay as older dataqs wrote them.
-    values = []
-    for record, source in items:
-        tail = tails.get(source)
-        if tail is None:
-            # NUL separates the fields; a newline would break the claim reply's framing (see ``claim.lua``).
-            clean = source.replace(_STORED_SEPARATOR, "?").replace("\n", "?")
-            tail = tails[source] = f"{_STORED_SEPARATOR}{stamp}{_STORED_SEPARATOR}{clean}"
-        path, checksum = record.path, record.checksum
-        # Parsing never lets such a path or id through; a record built in code might, and would break the framing
-        # (fields joined by NUL, records by newlines).
-        if _STORED_SEPARATOR in path or "\n" in path:
-            raise InvalidRecord(f"path {path!r} contains a NUL or a newline")
-        if not checksum or "\n" in checksum:
-            raise InvalidRecord(f"checksum {checksum!r} is empty or contains a newline")
-        value = f"{path}{_STORED_SEPARATOR}{record.size}{tail}"
-        if record.identity is not None:
-            value += _STORED_SEPARATOR + ":".join(map(str, record.identity))
-        values.append(value)
-    return values
-
-
-def stored_pushed_at(value: str) -> float | None:
-    """When the record stored as ``value`` was pushed (unix time), read without decoding the rest; None for a
-    value that does not hold one (written by hand)."""
-    parts = value.split(_STORED_SEPARATOR, 3)
-    try:
-        return int(parts[2]) / 1_000_000 if len(parts) >= 3 else None
-    except ValueError:
-        return None
-
-
-def decode_stored(checksum: str, value: str) -> Record:
-    """Inverse of :func:`encode_stored`; extra trailing fields (from a newer dataq) are ignored, and so is an
-    identity that does not parse (the file is then read again, as for a record without one)."""
-    parts = value.split(_STORED_SEPARATOR)
-    if len(parts) < 4:
-        raise InvalidRecord(f"stored record {checksum} is corrupt ({len(parts)} fields)")
-    path, size, pushed_us, source = parts[:4]
-    return Record(
-        path=path,
-        checksum=checksum,
-        size=int(size),
-        pushed_at=int(pushed_us) / 1_000_000,
-        source=source,
-        identity=_stored_identity(parts[4]) if len(parts) > 4 else None,
-    )
-
-
-def _stored_identity(text: str) -> Identity | None:
-    fields = text.split(":")
-    if len(fields) != IDENTITY_FIELDS or not all(_DIGITS.fullmatch(field) for field in fields):
-        return None
-    return _as_identity([int(field) for field in fields])

@@ -60,9 +60,11 @@ class QueueSettings(Section):
     size, modification and change time: any write changes one), without reading it again; every other record's
     file is read and hashed. ``"read"``: every file is read and hashed (for files on a server whose clock may be
     more than a second off the feeder's, or whose times are kept coarser than a millisecond)."""
-    remember_done: float = setting(DEFAULT_REMEMBER_DONE, gt=0)
+    remember_done: float = setting(DEFAULT_REMEMBER_DONE, ge=0)
     """Seconds the ids of done records are remembered (at least this, at most twice): a record pushed again
-    within it is ``Ignored``, and receipts about it are answered ``done``."""
+    within it is ``Ignored``, and receipts about it are answered ``done``. 0 remembers nothing, as the 2014
+    data-q: a file pushed again is moved again, and a site before this one in a cascade, asking for its receipt,
+    hears ``unknown`` once the record is done here and sends it again after its ``resend_after``."""
     push_port: int | None = setting(None, ge=0, le=MAX_PORT)
     """This queue's push daemon port; None: ``push.port``."""
     action_options: Mapping[str, Mapping[str, Any]] = field(

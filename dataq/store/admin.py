@@ -9,16 +9,21 @@ from typing import Any
 import redis.exceptions as rexc
 
 from dataq.errors import StoreError
-from dataq.record import Record, decode_stored, stored_pushed_at
+from dataq.record import Record
+from dataq.store import remembered
 from dataq.store.base import StoreBase
 from dataq.store.connection import translate, translated
 from dataq.store.types import Event, Flag, QueueList, RecordState, Summary
+from dataq.stored_value import decode_stored, stored_pushed_at
 
 ACTIVATE_ALL_CHUNK = 10_000
 """Records moved per script call by activate-all, so Redis is never blocked for long."""
 
 LIST_CHUNK = 1_000
 """Records read per round trip when streaming a list."""
+FORGET_DONE_CHUNK = 4_096
+"""Shards of the remembered done records forgotten per script call (of 65,536 per generation): each call is
+short, so Redis keeps serving the pushes meanwhile."""
 
 
 class AdminOps(StoreBase):
@@ -116,6 +121,18 @@ class AdminOps(StoreBase):
             *(k.processing(w) for w in workers),
         ]
         return int(await self._script("clear", keys, [self.events_max_len], replicated=True))
+
+    @translated
+    async def forget_done(self) -> int:
+        """Forget every remembered done record (the generations a push reads now), so that records pushed again
+        are stored and run again; returns how many ids were remembered."""
+        generations = sorted(set(remembered.generations(time.time(), self.remember_done)))
+        shards = [shard for generation in generations for shard in self.keys.done_shards(generation)]
+        forgotten = 0
+        for start in range(0, len(shards), FORGET_DONE_CHUNK):
+            chunk = shards[start:start + FORGET_DONE_CHUNK]
+            forgotten += int(await self._script("forget_done", chunk, [], replicated=True))
+        return forgotten
 
     @translated
     async def summary(self) -> Summary:

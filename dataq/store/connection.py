@@ -41,6 +41,7 @@ SCRIPT_NAMES = (
     "move_range",
     "activate_all",
     "clear",
+    "forget_done",
     "set_flag",
     "heartbeat",
     "custody_keep",

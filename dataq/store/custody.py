@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dataq.record import Record, decode_stored, encode_stored
+from dataq.record import Record
 from dataq.store.base import NOTICE_WORK
 from dataq.store.connection import translated
 from dataq.store.custody_codes import Step, TrackedState, Whereabouts
 from dataq.store.lifecycle import LifecycleOps
 from dataq.store.remembered import Done, parse_done
+from dataq.stored_value import decode_stored, encode_stored
 
 RECEIPTS_KEPT = 10_000
 """Newest receipts whose end-to-end latency is kept (``--summary`` reads the last hour's from them)."""

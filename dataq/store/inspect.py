@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dataq.record import decode_stored
 from dataq.store.admin import AdminOps
 from dataq.store.connection import translated
 from dataq.store.types import Event, Failures, RecordView
+from dataq.stored_value import decode_stored
 
 HISTORY_PAGE = 1000
 """Stream entries read per round trip when looking for one record's events."""

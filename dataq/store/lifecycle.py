@@ -16,7 +16,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from dataq.errors import StoreUnavailable
-from dataq.record import Record, decode_stored, encode_stored
+from dataq.record import Record
 from dataq.store.base import NOTICE_WORK, StoreBase
 from dataq.store.connection import translate, translated
 from dataq.store.types import (
@@ -29,6 +29,7 @@ from dataq.store.types import (
     RetryPolicy,
     Worker,
 )
+from dataq.stored_value import decode_stored, encode_stored
 
 PROMOTE_BATCH = 1000
 NO_DELAY = RetryPolicy()
@@ -69,8 +70,10 @@ class LifecycleOps(StoreBase):
         ids = "\n".join(checksums)
         values = "\n".join(encode_stored(items, pushed_at))
         done = self._remembered(checksums)
+        again = "".join("1" if record.again else "0" for record, _ in items) \
+            if any(record.again for record, _ in items) else ""
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode,
-                           done.digests]
+                           done.digests, again]
         reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates, *done.keys],
                                    args, replicated=True, on_written=on_written)
         status, length = reply

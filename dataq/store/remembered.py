@@ -13,6 +13,9 @@ the lookup is a fixed number of hash reads, never a scan, and expiry is Redis's 
   may be long; 128 bits make a collision as unlikely as one of md5 ids themselves), its value
   :func:`format_done`.
 
+``remember_done = 0`` remembers nothing (the 2014 data-q's behaviour): lookups then name generation 0's keys,
+which nothing writes, and :attr:`Lookup.expires_at_ms` is 0, which tells the scripts not to write.
+
 Measured by ``bench/cascade.py`` with ``MEMORY USAGE`` at 10^6 ids (see its results in ``bench/RESULTS.md``).
 """
 
@@ -35,11 +38,11 @@ def digest(record_id: str) -> bytes:
 
 
 def generation(now: float, remember_done: float) -> int:
-    return int(now // remember_done)
+    return int(now // remember_done) if remember_done > 0 else 0
 
 
 def expires_at_ms(generation_: int, remember_done: float) -> int:
-    """When a generation's keys go: at the end of the generation after it."""
+    """When a generation's keys go: at the end of the generation after it (0: nothing is remembered)."""
     return math.ceil((generation_ + 2) * remember_done * 1000)
 
 
@@ -52,7 +55,8 @@ class Lookup:
     """The ids' digests, 16 bytes each, in order (one argument: fixed width needs no separator)."""
     keys: list[str]
     expires_at_ms: int
-    """When the current generation's keys expire."""
+    """When the current generation's keys expire; 0: nothing is remembered (``remember_done = 0``), so nothing
+    may be written."""
 
     @property
     def current(self) -> list[str]:
@@ -60,9 +64,16 @@ class Lookup:
         return self.keys[::2]
 
 
-def lookup(keys: QueueKeys, ids: Sequence[str], now: float, remember_done: float) -> Lookup:
+def generations(now: float, remember_done: float) -> tuple[int, int]:
+    """The generations a lookup reads now: the current one and the one before (both 0 when nothing is
+    remembered)."""
     current = generation(now, remember_done)
-    this, before = keys.done_prefix(current), keys.done_prefix(max(0, current - 1))
+    return current, max(0, current - 1)
+
+
+def lookup(keys: QueueKeys, ids: Sequence[str], now: float, remember_done: float) -> Lookup:
+    current, previous = generations(now, remember_done)
+    this, before = keys.done_prefix(current), keys.done_prefix(previous)
     digests = [digest(record_id) for record_id in ids]
     names = []
     for value in digests:

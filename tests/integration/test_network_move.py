@@ -368,6 +368,22 @@ async def test_the_hand_on_names_this_site_and_the_next_site_stores_it_with_the_
     assert handed is not None and handed.source is not None and handed.source.startswith("mountain@127.0.0.1:")
 
 
+async def test_a_record_sent_again_is_handed_on_marked_again_and_the_next_site_takes_it_though_done_there(
+        daemon: RsyncDaemon, next_site: RunningPush, next_queue: QueueStore, source: Path, tmp_path: Path) -> None:
+    record = make_file(source, "a.fits", DATA)
+    action = make_action(tmp_path, site="mountain", **handon_options(daemon, f"{LOOPBACK}:{next_site.port}"))
+    await action.run(record)
+    await next_queue.heartbeat("valley-pop", {"role": "pop"}, {"running": 0}, 30.0)
+    (handed,) = (await next_queue.claim("valley-pop", 1)).records
+    assert await next_queue.ack("valley-pop", [(handed.checksum, "")]) == [True]  # done at the next site
+    await action.run(record)
+    assert await next_site_holds(next_queue, record) is None, "a plain hand-on of a done record is ignored"
+
+    await action.run(replace(record, again=True))
+    again = await next_site_holds(next_queue, record)
+    assert again is not None and again.again, "taken, and marked again to be handed on further"
+
+
 @contextlib.asynccontextmanager
 async def handing_on_to_an_older_site(daemon: RsyncDaemon, tmp_path: Path, spooled: bool, peer: OlderPeer | None = None
                                       ) -> AsyncIterator[tuple[OlderPeer, NetworkMoveAction]]:

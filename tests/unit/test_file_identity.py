@@ -17,12 +17,11 @@ from dataq.handshake import Capability
 from dataq.record import (
     Record,
     RecordRules,
-    decode_stored,
-    encode_stored,
     form_for,
     format_line,
     parse_line,
 )
+from dataq.stored_value import decode_stored, encode_stored
 
 SECOND = 1_000_000_000
 IDENTITY = (2049, 131077, 12, 1_795_000_000_123_456_789, 1_795_000_000_987_654_321)

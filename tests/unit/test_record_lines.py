@@ -17,9 +17,11 @@ from dataq.record import (
     RecordRules,
     _parse_line_fully,
     form_for,
+    format_line,
     handon_line,
     parse_line,
 )
+from dataq.stored_value import decode_stored, encode_stored
 
 printable = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
 odd = st.sampled_from(["\t", "\x00", "\x7f", "\x1f", "é", "\u00a0", "\u2003", "\r", "{"])
@@ -140,3 +142,27 @@ def test_a_hand_on_line_with_a_bad_site_name_is_refused_naming_it(site: object, 
                                   b'{"path": 7, "checksum": "x", "size": 1, "site": "m"}\n'])
 def test_a_line_that_is_no_record_goes_as_it_is_for_the_daemon_to_refuse_saying_why(line: bytes) -> None:
     assert form_for(line, frozenset()) == line
+
+
+def test_a_record_sent_again_says_so_on_every_line_it_travels_on() -> None:
+    record = Record("/data/a.fits", "0" * 32, 12, again=True)
+    fed = parse_line(format_line(record))
+    assert fed.again and (fed.path, fed.checksum, fed.size) == (record.path, record.checksum, 12)
+    handed = parse_line(handon_line(record, "mountain"))
+    assert (handed.again, handed.source) == (True, "mountain")
+    (stored,) = encode_stored([(record, "cli")], 1_795_000_000.0)
+    assert decode_stored(record.checksum, stored).again
+    assert not parse_line(json.dumps({"path": "/a", "checksum": "0" * 32, "size": 1, "again": False})).again
+
+
+def test_a_peer_that_does_not_speak_again_gets_the_line_without_the_mark() -> None:
+    line = (handon_line(Record("/data/a.fits", "0" * 32, 12, again=True), "mountain") + "\n").encode()
+    assert json.loads(form_for(line, OURS))["again"] is True
+    assert "again" not in json.loads(form_for(line, OURS - {Capability.AGAIN}))
+    assert form_for(line, frozenset()) == b"/data/a.fits " + b"0" * 32 + b" 12\n"
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, [True]])
+def test_again_must_be_true_or_false(value: object) -> None:
+    with pytest.raises(InvalidRecord, match=r"again .* is not true or false"):
+        parse_line(json.dumps({"path": "/a", "checksum": "0" * 32, "size": 1, "again": value}))

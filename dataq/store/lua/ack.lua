@@ -10,7 +10,7 @@
 -- ARGV[2] the record ids, joined by newlines      ARGV[3] an event detail per id (e.g. the run time), joined by
 -- newlines (two arguments instead of two per record: the client packs each argument on its own, at a cost)
 -- ARGV[4] the records' digests (16 bytes each, in order)   ARGV[5] now (ms)   ARGV[6] when the current
--- generation's shards expire (ms since the epoch)
+-- generation's shards expire (ms since the epoch); 0: remember nothing (remember_done = 0)
 -- return: status string with one char per record, '1' acknowledged or '0' not owned
 local processing, records, errors, lasterror, crashes, events, counters, rates =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -39,7 +39,7 @@ if #done == 0 then return table.concat(status) end
 local now_ms, expires = tonumber(ARGV[5]), ARGV[6]
 local sub = string.sub
 local digests = ARGV[4]
-for first = 1, #done, 1000 do
+for first = 1, expires == '0' and 0 or #done, 1000 do
   local last = math.min(first + 999, #done)
   local values = redis.call('HMGET', records, unpack(done, first, last))
   for j = first, last do

@@ -8,7 +8,7 @@
 --           previous generation (dataq/store/remembered.py)
 -- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
 -- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
--- ARGV[7] when the current generation's shards expire (ms)        ARGV[8] the steps' digests (16 bytes each)
+-- ARGV[7] when the current generation's shards expire (ms; 0: remember nothing)        ARGV[8] the steps' digests (16 bytes each)
 -- ARGV[9..] five per step: its code, id, the entry it was decided on, then per code:
 --   STEP_DONE       the end of the chain holds it:        end time (ms), its histogram bucket field in counters
 --   STEP_PENDING    still on its way:                      the entry to keep instead, when to ask next (ms)
@@ -59,7 +59,7 @@ for base = 9, #ARGV, 5 do
       wait = tonumber(string.match(value, '^%d+,(%d+)')) or 0
     end
     local relayed = string.format('%d,%d,%d', done_ms, wait, math.max(0, end_ms - done_ms))
-    if redis.call('HSET', cur_key, field, relayed) == 1 and redis.call('HLEN', cur_key) == 1 then
+    if expires ~= '0' and redis.call('HSET', cur_key, field, relayed) == 1 and redis.call('HLEN', cur_key) == 1 then
       redis.call('PEXPIREAT', cur_key, expires)  -- the key's first field: it expires with its generation
     end
     local pushed_us = tonumber(stored_push_time(entry['r'])) or now * 1000

@@ -19,6 +19,8 @@
 -- ARGV[7] 'sharded' to publish the notice with SPUBLISH (on a Redis Cluster, where the channel shares the queue's
 --         slot: sharded pub/sub stays on the slot's master instead of crossing the cluster bus), else PUBLISH
 -- ARGV[8] the records' digests (16 bytes each, in order), their fields in those shards
+-- ARGV[9] one character per record, '1' for a record sent again on purpose (stored even if remembered done), or
+--         '' when none is (the common case: nothing to split)
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
 --           write (still tracked, or already done), '0' duplicate; active list length after }
 local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -68,8 +70,9 @@ for first = 1, count, 1000 do
   local got = redis.call('HMGET', records, unpack(ids, first, math.min(first + 999, count)))
   for j = 1, #got do stored[first + j - 1] = got[j] end
 end
-local digests = ARGV[8]
+local digests, again = ARGV[8], ARGV[9]
 local function remembered(i)
+  if again ~= '' and string.byte(again, i) == 49 then return false end  -- '1': sent again on purpose
   local field = string.sub(digests, 16 * i - 15, 16 * i)
   return redis.call('HEXISTS', KEYS[4 + 2 * i], field) == 1 or redis.call('HEXISTS', KEYS[5 + 2 * i], field) == 1
 end
