@@ -18,6 +18,11 @@ Options (``[queues.NAME.disk_store]``):
     record's algorithm, unless its feeder sent the identity the file still has (``[queues.NAME] source_check``).
 ``remove_source`` (default false)
     Delete the source file once its stored copy is verified and durable.
+``manifest`` (default true)
+    Name every copy stored in the root's manifest of the day, under ``ROOT/.dataq/manifests/``, in lines any
+    ``md5sum -c`` (``sha256sum -c``, ``xxh128sum -c``) checks from the root, durable before the record is done
+    (:mod:`dataq.audit.manifest`); ``dataq audit --copies`` checks the copies against them. ``.dataq`` is dataq's:
+    a layout that would store a copy there is refused.
 ``timeout`` (default: the queue's ``action_timeout``)
     Seconds one record may take, waiting for its batch included.
 ``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
@@ -74,6 +79,8 @@ class DiskStoreOptions(BatchOptions):
     """Read the copy back and check it before publishing."""
     remove_source: bool = False
     """Delete the source once the stored copy is verified."""
+    manifest: bool = True
+    """Name each copy in the root's manifest (``ROOT/.dataq/manifests/``)."""
     timeout: float | None = None
     """Seconds one record may take (None: the queue's ``action_timeout``)."""
 
@@ -119,7 +126,8 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         started = time.monotonic()
         outcomes = await in_thread(lambda abort: store_batch_sync(
             items, options.root, algorithm=self.algorithm, verify=options.verify,
-            remove_source=options.remove_source, abort=abort, trust_identity=self.trusts_identity))
+            remove_source=options.remove_source, abort=abort, trust_identity=self.trusts_identity,
+            keep_manifest=options.manifest))
         # One line per batch: each record's own is at debug level (and its history in the queue's events).
         log.info("stored a batch", root=options.root, records=len(items),
                  copied=sum(isinstance(outcome, Stored) and outcome.copied for outcome in outcomes),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dataq.checksum import DEFAULT_ALGORITHM, hash_fd_many
+from dataq.durable import sync_directory
 from dataq.errors import ActionError, Permanent
 from dataq.file_identity import Identity, identity_of
 from dataq.logs import get_logger
@@ -161,10 +162,3 @@ def remove_sources_sync(paths: Sequence[str]) -> list[ActionError | None]:
     return errors
 
 
-def sync_directory(directory: str) -> None:
-    """Make the entries created, renamed or removed in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

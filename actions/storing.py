@@ -10,6 +10,9 @@ filesystem makes them durable together (one journal commit instead of one per fi
 publishing makes the new names durable. Where ``syncfs`` is missing (not Linux), each file and directory is
 fsynced instead. ``syncfs`` reports a write-back error of the filesystem since the root was opened, so an error
 it returns fails every copy of the batch, which then run again.
+
+Every copy stored (or found stored) is named in the root's manifest of the day (:mod:`dataq.audit.manifest`)
+before that second sync, so it is durable with the names, before any record of the batch is done.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from dataq.audit import manifest
 from dataq.checksum import CHUNK_BYTES, DEFAULT_ALGORITHM, IDENTITY_ALGORITHM, Aborted, hash_fd, new_hasher
 from dataq.errors import ActionError, Retryable
 from dataq.record import Record
@@ -238,6 +242,8 @@ class _Batch:
         """Copy one record's file to its temporary name (or find it stored already)."""
         *dirs, name = safe_parts(relative)
         shown = os.path.join(self.root, relative)
+        if (dirs[0] if dirs else name) == manifest.OWN_DIR:
+            raise UnsafePath(f"{shown} is in {manifest.OWN_DIR}, the folder of the root that dataq keeps for itself")
         try:
             dir_fd = self.directory(tuple(dirs), shown)
             if _existing(dir_fd, name, shown, record, self.algorithm, self.abort):
@@ -284,6 +290,18 @@ class _Batch:
             raise _failure(exc, copy.record, self.root, copy.shown) from exc
         self.outcomes[copy.index] = Stored(copy.shown, True)
 
+    def name_in_manifest(self, items: Sequence[tuple[Record, str]], *, synced_after: bool) -> None:
+        """Append every stored copy to the root's manifest; fsync it unless a sync of the filesystem follows
+        (``synced_after``). On failure every stored copy fails: it must not be done unnamed."""
+        stored = [index for index, outcome in self.outcomes.items() if isinstance(outcome, Stored)]
+        entries = [manifest.Entry(items[index][0].checksum, items[index][1], items[index][0].size) for index in stored]
+        try:
+            manifest.append(self.root, self.algorithm, entries, sync=not synced_after)
+        except OSError as exc:
+            for index in stored:
+                record, _relative = items[index]
+                self.outcomes[index] = _failure(exc, record, self.root, os.path.join(self.root, manifest.MANIFEST_DIR))
+
     def close(self) -> None:
         for copy in self.copies:
             unlink_quietly(copy.dir_fd, copy.temp)
@@ -321,10 +339,10 @@ def _in_parallel(calls: list[Callable[[], None]]) -> None:
 
 def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorithm: str = DEFAULT_ALGORITHM,
                      verify: bool = True, remove_source: bool = False, abort: threading.Event | None = None,
-                     trust_identity: bool = False) -> list[Stored | ActionError]:
+                     trust_identity: bool = False, keep_manifest: bool = True) -> list[Stored | ActionError]:
     """Store each record's file at ``root/relative``, verified; per item the outcome (see :func:`store`).
     ``trust_identity``: a source unchanged since its feeder hashed it is not hashed again
-    (:func:`.files.read_source_sync`).
+    (:func:`.files.read_source_sync`); ``keep_manifest``: name each copy in the root's manifest.
 
     One record's failure is its own; Aborted (``abort`` set) stops the whole batch, leaving nothing behind.
     """
@@ -338,7 +356,10 @@ def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorith
         if verify:
             _read_from_disk(durable)
         _in_parallel([partial(_attempt, batch.outcomes, copy.index, batch.finish, copy, verify) for copy in durable])
-        batch.make_durable([copy for copy in written if isinstance(batch.outcomes[copy.index], Stored)], names=True)
+        published = [copy for copy in written if isinstance(batch.outcomes[copy.index], Stored)]
+        if keep_manifest:
+            batch.name_in_manifest(items, synced_after=SYNCFS is not None and bool(published))
+        batch.make_durable([copy for copy in published if isinstance(batch.outcomes[copy.index], Stored)], names=True)
     finally:
         batch.close()
     outcomes = [batch.outcomes[index] for index in range(len(items))]

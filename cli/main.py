@@ -230,9 +230,11 @@ def notify_crash(config_path: str | None, timeout: float, unit: str) -> None:
 def _register_commands() -> None:
     # The archive commands need pyspark only when they run, so registering them costs nothing without it.
     from dataq.cli.archive import archive
+    from dataq.cli.audit import audit
     from dataq.cli.feeding import feed
 
     main.add_command(archive)
+    main.add_command(audit)
     main.add_command(feed)
 
 

@@ -56,6 +56,10 @@ key                    type    what it holds                                    
 ``custody_since``      zset    custody ids by when they were first handed on (ms).         as custody
 ``custody_sites``      hash    next site -> records in custody there.                      as custody
 ``receipts``           list    ``<ms>,<end-to-end ms>`` of the newest receipts (capped).   custody steps
+``lost``               hash    id -> ``<ms>,<why>``: records done here whose stored copy an  audit repair;
+                               audit found missing or damaged (:mod:`.store.audits`).       clear
+``audits``             hash    directory or storing root -> JSON of its last audit          dataq audit;
+                               (when, counts per class, repairs).                           permanent
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
@@ -168,6 +172,14 @@ class QueueKeys:
     def receipts(self) -> str:
         return self._key("receipts")
 
+    @property
+    def lost(self) -> str:
+        return self._key("lost")
+
+    @property
+    def audits(self) -> str:
+        return self._key("audits")
+
     def custody_keys(self) -> tuple[str, ...]:
         """The keys of the custody set, in the order the custody scripts take them."""
         return (self.custody, self.custody_due, self.custody_since, self.custody_sites)
@@ -203,6 +215,7 @@ class QueueKeys:
             self.errors,
             self.lasterror,
             self.crashes,
+            self.lost,
         )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dataq.audit.manifest import OWN_DIR
 from dataq.handshake import hello_line, is_hello
 from dataq.record import Record
 
@@ -35,6 +36,12 @@ def make_file(directory: Path, name: str, data: bytes, *, pushed_at: float | Non
     path = directory / name
     path.write_bytes(data)
     return Record(path=str(path), checksum=md5(data), size=len(data), pushed_at=pushed_at, source="test")
+
+
+def stored_copies(root: Path) -> list[Path]:
+    """The copies a storing action keeps under ``root``: every file but those of dataq's own folder (manifests,
+    quarantine)."""
+    return sorted(path for path in root.rglob("*") if path.is_file() and OWN_DIR not in path.relative_to(root).parts)
 
 
 def hidden_leftovers(directory: Path) -> list[Path]:

@@ -16,6 +16,7 @@ from dataq.protocol import ReplyKind
 from dataq.record import Record
 from testbed.cascade import Site
 from testbed.rsync import LOOPBACK
+from tests.actions_support import stored_copies
 
 FAST = {"receipt_interval": 0.3, "resend_after": 3.0, "handon_timeout": 3.0}
 """Custody timings for tests: ask often, resend after 3 s."""
@@ -35,7 +36,7 @@ def make_sources(directory: Path, count: int, prefix: str = "c4d") -> list[Recor
 
 def archived(site: Site) -> set[str]:
     """The checksums the archive's disk_store holds (its files are named by checksum)."""
-    return {path.name for path in site.archive.rglob("*") if path.is_file()}
+    return {path.name for path in stored_copies(site.archive)}
 
 
 async def summary_of(site: Site) -> dict[str, object]:

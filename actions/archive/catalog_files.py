@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dataq.actions.files import sync_directory
+from dataq.durable import sync_directory
 from dataq.errors import ActionError
 
 PARQUET_SUFFIX = ".parquet"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from dataq.custody.receipts import Receipt, ReceiptKind, ReceiptQuery
 from dataq.errors import InvalidRecord
-from dataq.store import CustodyEntry, Known, Tracked
+from dataq.store import CustodyEntry, Known, Lost, Tracked
 from dataq.store.remembered import Done
 
 CUSTODY_STATE = "custody"
@@ -41,6 +41,10 @@ class ReceiptDesk:
                 return Receipt(ReceiptKind.PENDING, record_id, self.site, state=CUSTODY_STATE,
                                error="no receipt from the next site", extra=extra)
             return Receipt(ReceiptKind.DONE, record_id, self.site, at=known.confirmed_at, extra=extra)
+        if isinstance(known, Lost):
+            # Not held here any more: unknown, as for a record never seen, with what became of it.
+            extra["lost"] = round(known.at, 3)
+            return Receipt(ReceiptKind.UNKNOWN, record_id, self.site, error=f"lost: {known.why}", extra=extra)
         return Receipt(ReceiptKind.UNKNOWN, record_id, self.site, extra=extra)
 
     def _in_custody(self, record_id: str, entry: CustodyEntry, extra: dict[str, object]) -> Receipt:

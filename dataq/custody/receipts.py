@@ -13,7 +13,9 @@ id: a JSON object line ::
     {"id": ID, "receipt": "pending", "site": S, "state": ...}   somewhere from here on: at site S, in state
                                                                 ``queued``, ``delayed``, ``inactive`` (with
                                                                 ``error``) or ``custody`` (waiting for S's next)
-    {"id": ID, "receipt": "unknown", "site": S}                 no site from S on holds it
+    {"id": ID, "receipt": "unknown", "site": S}                 no site from S on holds it (with ``error``
+                                                                ``lost: ...`` and ``lost``, a time, where an audit
+                                                                found S's stored copy missing or damaged)
 
 or ``Error: receipts: ...`` for an id that fails the queue's checksum pattern. A line that is not valid JSON,
 names anything else than a list of at most :data:`MAX_RECEIPT_IDS` ids, gets one ``Error: receipts: ...`` line in

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from dataq.config import Settings
 from dataq.keys import QueueKeys
+from dataq.store.audits import AuditOps
 from dataq.store.base import NOTICE_WORK
 from dataq.store.cluster import connect_cluster
 from dataq.store.connection import client_options, connect
-from dataq.store.custody import CustodyEntry, CustodyOps, CustodyStep, Known, LastAnswer, Tracked
+from dataq.store.custody import CustodyEntry, CustodyStep, Known, LastAnswer, Tracked
 from dataq.store.custody_codes import Step, TrackedState
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
 from dataq.store.rate_ring import RATE_KINDS
 from dataq.store.rates import RateBucket, RateHistory, RateOps
-from dataq.store.remembered import DEFAULT_REMEMBER_DONE
+from dataq.store.remembered import DEFAULT_REMEMBER_DONE, Lost
 from dataq.store.replication import Replication
 from dataq.store.sentinel import (
     SENTINEL_SCHEME,
@@ -48,7 +49,7 @@ from dataq.store.types import (
 )
 
 
-class QueueStore(CustodyOps, InspectOps, LeaseOps, TopologyOps, RateOps):
+class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
@@ -124,6 +125,7 @@ __all__ = [
     "Flag",
     "Known",
     "LastAnswer",
+    "Lost",
     "PushResult",
     "QueueList",
     "QueueStore",

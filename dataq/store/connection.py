@@ -42,6 +42,7 @@ SCRIPT_NAMES = (
     "activate_all",
     "clear",
     "forget_done",
+    "mark_lost",
     "set_flag",
     "heartbeat",
     "custody_keep",

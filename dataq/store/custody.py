@@ -22,7 +22,7 @@ from dataq.store.base import NOTICE_WORK
 from dataq.store.connection import translated
 from dataq.store.custody_codes import Step, TrackedState, Whereabouts
 from dataq.store.lifecycle import LifecycleOps
-from dataq.store.remembered import Done, parse_done
+from dataq.store.remembered import Done, Lost, parse_done, parse_lost
 from dataq.stored_value import decode_stored, encode_stored
 
 RECEIPTS_KEPT = 10_000
@@ -117,8 +117,9 @@ class Tracked:
     pushed_at: float | None = None
 
 
-Known = Tracked | CustodyEntry | Done | None
-"""What this site knows of an id: in its queue, in its custody, remembered done, or nothing (None)."""
+Known = Tracked | CustodyEntry | Done | Lost | None
+"""What this site knows of an id: in its queue, in its custody, remembered done, marked lost by an audit, or
+nothing (None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,7 @@ class CustodyOps(LifecycleOps):
             return []
         k = self.keys
         remembered = self._remembered(ids)
-        keys = [k.records, k.delayed, k.inactive, k.errors, k.lasterror, k.custody, *remembered.keys]
+        keys = [k.records, k.delayed, k.inactive, k.errors, k.lasterror, k.custody, k.lost, *remembered.keys]
         replies = await self._script("receipts", keys, [max_errors, "\n".join(ids), remembered.digests,
                                                         INACTIVE_SEARCHED])
         known: list[Known] = []
@@ -234,6 +235,8 @@ class CustodyOps(LifecycleOps):
                 known.append(CustodyEntry.decode(record_id, rest))
             elif kind == Whereabouts.DONE:
                 known.append(parse_done(rest))
+            elif kind == Whereabouts.LOST:
+                known.append(parse_lost(rest))
             else:
                 known.append(None)
         return known

@@ -29,6 +29,8 @@ class Whereabouts(enum.StrEnum):
     """Handed on, in this site's custody."""
     DONE = "d"
     """Done here and remembered (``remember_done``)."""
+    LOST = "l"
+    """Done here once, then marked lost by an audit that found its stored copy missing or damaged."""
     UNKNOWN = "u"
     """Not known here."""
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from dataq.config.queue_settings import DEFAULT_REMEMBER_DONE
 from dataq.keys import QueueKeys
 
-__all__ = ["DEFAULT_REMEMBER_DONE", "Done", "Lookup", "digest", "lookup", "parse_done"]
+__all__ = ["DEFAULT_REMEMBER_DONE", "Done", "Lookup", "Lost", "digest", "lookup", "parse_done", "parse_lost"]
 
 
 def digest(record_id: str) -> bytes:
@@ -96,6 +96,21 @@ class Done:
     def confirmed_at(self) -> float:
         """When the record was done end to end (here, for a site that hands nothing on)."""
         return self.end_at if self.end_at is not None else self.done_at
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A record done here once, whose stored copy an audit found missing or damaged and marked lost at ``at``
+    (its done state forgotten: :mod:`dataq.store.audits`)."""
+
+    at: float
+    why: str
+
+
+def parse_lost(value: str) -> Lost:
+    """Inverse of ``mark_lost.lua``'s ``<ms>,<why>``."""
+    at, _, why = value.partition(",")
+    return Lost(int(at) / 1000, why)
 
 
 def parse_done(value: str) -> Done:

@@ -17,7 +17,7 @@ from dataq.record import Record
 from dataq.store import QueueList, QueueStore
 from testbed.rsync import RsyncDaemon, rsync_daemon
 from testbed.waits import eventually_equal
-from tests.actions_support import LOOPBACK, hidden_leftovers, make_file, md5
+from tests.actions_support import LOOPBACK, hidden_leftovers, make_file, md5, stored_copies
 from tests.pop_support import PopProcess, counter, processes, write_tables
 from tests.push_support import push_process
 
@@ -57,11 +57,10 @@ def make_files(directory: Path) -> list[Record]:
 def files_below(root: Path) -> dict[str, Path]:
     """md5 -> path of every file below ``root`` (asserting no two hold the same data)."""
     found: dict[str, Path] = {}
-    for path in root.rglob("*"):
-        if path.is_file():
-            digest = md5(path.read_bytes())
-            assert digest not in found, f"{path} and {found[digest]} hold the same data"
-            found[digest] = path
+    for path in stored_copies(root):
+        digest = md5(path.read_bytes())
+        assert digest not in found, f"{path} and {found[digest]} hold the same data"
+        found[digest] = path
     return found
 
 

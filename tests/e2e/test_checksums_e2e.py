@@ -18,6 +18,7 @@ import pytest
 from dataq.store import QueueList
 from testbed.cascade import Cascade, Site
 from testbed.waits import eventually, eventually_equal
+from tests.actions_support import stored_copies
 from tests.checksum_vectors import ALGORITHMS, VECTORS
 from tests.push_support import dataq_command
 
@@ -41,7 +42,7 @@ def feed_scan(site: Site, directory: Path) -> subprocess.CompletedProcess[str]:
 
 
 def stored_names(site: Site) -> set[str]:
-    return {path.name for path in site.archive.rglob("*") if path.is_file()}
+    return {path.name for path in stored_copies(site.archive)}
 
 
 async def counter(site: Site, name: str) -> int:

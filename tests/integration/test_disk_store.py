@@ -27,7 +27,7 @@ from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.record import Record
 from testbed.actions import action_context
-from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, tiny_filesystem
+from tests.actions_support import PUSHED_DATE, hidden_leftovers, make_file, md5, stored_copies, tiny_filesystem
 from tests.checksum_vectors import hash_of
 
 DATA = b"night sky " * 1000
@@ -58,7 +58,8 @@ def build_action(table: dict[str, Any], tmp_path: Path) -> DiskStoreAction:
 
 
 def stored_files(root: Path) -> list[Path]:
-    return sorted(path for path in root.rglob("*") if path.is_file())
+    """The copies under ``root`` (its manifests aside: tests/integration/test_manifests.py is about them)."""
+    return stored_copies(root)
 
 
 # --- layout and verification --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from dataq.actions import storing
 from dataq.actions.files import SourceMismatch
 from dataq.actions.registry import load_actions
 from dataq.actions.rsync import WORK_PREFIX, remove_stale_work_dirs
+from dataq.audit.manifest import OWN_DIR
 from dataq.config import QueueSettings
 from dataq.errors import ActionError, ConfigError
 from dataq.record import Record
@@ -265,8 +266,9 @@ async def test_without_syncfs_each_copy_and_directory_is_fsynced(tmp_path: Path,
     outcomes = storing.store_batch_sync([(record, f"d/{Path(record.path).name}") for record in records],
                                         str(tmp_path / "store"))
     assert all(isinstance(outcome, storing.Stored) and outcome.copied for outcome in outcomes)
-    # one per copy, one for the new directory "d", one for "d" once the names are in it
-    assert len(synced) == len(records) + 2
+    # one per copy, one for the new directory "d", one for "d" once the names are in it; then the manifest and
+    # the three folders its creation added an entry to (.dataq/manifests, .dataq, the root)
+    assert len(synced) == len(records) + 2 + 4
 
 
 async def test_one_bad_record_of_a_stored_batch_fails_alone(tmp_path: Path) -> None:
@@ -278,7 +280,8 @@ async def test_one_bad_record_of_a_stored_batch_fails_alone(tmp_path: Path) -> N
     assert all(isinstance(outcome, storing.Stored) for outcome in outcomes[:3])
     assert isinstance(outcomes[3], SourceMismatch)
     assert [Path(record.path).exists() for record in [*good, wrong]] == [False, False, False, True]
-    assert sorted(path.name for path in (tmp_path / "store").iterdir()) == sorted(Path(r.path).name for r in good)
+    assert sorted(path.name for path in (tmp_path / "store").iterdir() if path.name != OWN_DIR) == \
+        sorted(Path(r.path).name for r in good)
 
 
 CRASH_AT_PUBLISH = """

@@ -1,0 +1,75 @@
+"""The audit's safety brakes: when a repair would change too much, or the place audited does not look like itself,
+nothing is changed and the audit says why (exit status 2).
+
+As Rucio's auditor stops itself when more than a tenth of a storage looks wrong (``threshold = 0.1``): a mass of
+"lost" files is far more often an unmounted disk, a wrong path or a site down than data lost, and a repair of them
+all would resend a night's data for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from dataq.errors import DataqError
+
+DEFAULT_MAX_REPAIR = "10%"
+MIN_REPAIR_LIMIT = 10
+"""Files a repair may always touch, however few were audited."""
+_LIMIT = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<percent>%?)")
+
+
+class Refused(DataqError):
+    """The audit refuses to run or to repair (exit status 2): the message says why and what to check."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairLimit:
+    """``--max-repair``: a share of the audited files (``10%``) or a number of files (``25``)."""
+
+    value: float
+    percent: bool
+
+    @classmethod
+    def parse(cls, text: str) -> RepairLimit:
+        match = _LIMIT.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"{text!r} is neither a percentage (10%) nor a number of files (25)")
+        value, percent = float(match["number"]), bool(match["percent"])
+        if percent and value > 100:
+            raise ValueError(f"{text!r} is more than 100%")
+        if not percent and value != int(value):
+            raise ValueError(f"{text!r}: a number of files is a whole number")
+        return cls(value, percent)
+
+    def files(self, audited: int) -> int:
+        """Files a repair of ``audited`` may touch (a share of at least :data:`MIN_REPAIR_LIMIT` files)."""
+        if not self.percent:
+            return int(self.value)
+        return max(MIN_REPAIR_LIMIT, math.floor(audited * self.value / 100))
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else f"{int(self.value)} files"
+
+
+def check_repair(repairs: int, audited: int, limit: RepairLimit, force: bool) -> None:
+    """Refused when ``repairs`` exceed what ``limit`` allows of ``audited`` files, unless ``force``."""
+    allowed = limit.files(audited)
+    if repairs > allowed and not force:
+        raise Refused(f"the repair would touch {repairs:,} of {audited:,} files audited, more than --max-repair "
+                      f"{limit} allows ({allowed:,}); nothing was changed. Check that every root is mounted and "
+                      "every site up, then repair with --force, or raise --max-repair")
+
+
+def check_root(root: str, exists: bool, named: int, holds_files: bool, named_before: int | None) -> None:
+    """Refused, whatever ``--force`` says, when a storing root looks unmounted or replaced: missing, or holding no
+    file while its manifests name ``named`` copies, or naming none where its last audit found ``named_before``."""
+    if not exists:
+        raise Refused(f"storing root {root} does not exist or is not a directory: is it mounted?")
+    if named and not holds_files:
+        raise Refused(f"storing root {root} holds no file, but its manifests name {named:,} copies: it looks "
+                      "unmounted; nothing was changed")
+    if not named and named_before:
+        raise Refused(f"storing root {root} has no manifest, but its last audit found {named_before:,} copies named "
+                      "there: it looks unmounted or replaced; nothing was changed")

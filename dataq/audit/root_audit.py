@@ -1,0 +1,109 @@
+"""One storing root audited (``dataq audit --copies``) and, with ``repair``, put right: each missing or damaged copy's
+record is marked lost at this site (its remembered done state forgotten, an event written), and a damaged copy is
+moved into the quarantine first, so that the record, sent again, is stored anew under its name."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+from dataq.audit import copies
+from dataq.audit.brakes import RepairLimit, check_repair, check_root
+from dataq.audit.findings import FileClass, Finding, Report
+from dataq.audit.progress import Progress
+from dataq.audit.quarantine import quarantine
+from dataq.store import QueueStore, Tracked
+
+WHEREABOUTS_CHUNK = 1000
+"""Ids asked about per round trip."""
+SUSPECT = frozenset({FileClass.MISSING_COPY, FileClass.CORRUPT_COPY})
+"""What may be a copy being stored again rather than a lost one."""
+
+
+@dataclass(frozen=True, slots=True)
+class CopiesAudit:
+    """How to audit: re-read every copy (``deep``), repair, within which limit."""
+
+    site: str
+    deep: bool = False
+    repair: bool = False
+    limit: RepairLimit = field(default_factory=lambda: RepairLimit.parse("10%"))
+    force: bool = False
+    progress: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RootResult:
+    report: Report
+    repaired: list[Finding]
+
+
+def target_of(root: str) -> str:
+    """The name a root's last audit is kept under (:meth:`QueueStore.save_audit`)."""
+    return f"copies:{root}"
+
+
+async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesAudit) -> RootResult:
+    """Audit ``root`` (the storing root of ``store``'s queue); Refused when it looks unmounted or replaced, or a
+    repair would touch more than ``how.limit`` allows."""
+    started = time.time()
+    last = (await store.audits()).get(target_of(root), {})
+    exists = await asyncio.to_thread(os.path.isdir, root)
+    state = await asyncio.to_thread(copies.state_of, root) if exists else copies.RootState({}, False)
+    check_root(root, exists, len(state.entries), state.holds_files, last.get("named"))
+    progress = Progress(f"copies under {root}", len(state.entries), enabled=how.progress)
+    checked = await asyncio.to_thread(copies.check_copies, root, state.entries, how.site, deep=how.deep,
+                                      tick=progress.tick)
+    dark = await asyncio.to_thread(lambda: list(copies.dark_files(root, state.entries, how.site)))
+    progress.finish()
+    report = Report.of([*await _being_stored_again(store, checked, max_errors), *dark])
+    repaired: list[Finding] = []
+    if how.repair:
+        repairs = report.repairable()
+        check_repair(len(repairs), report.files, how.limit, how.force)
+        repaired = await _repair(store, root, repairs)
+    await store.save_audit(target_of(root), {
+        "kind": "copies", "root": root, "site": how.site, "at": round(started, 3),
+        "seconds": round(time.time() - started, 3), "deep": how.deep, "named": len(state.entries),
+        "files": report.files, "counts": report.counts, "repaired": len(repaired)})
+    return RootResult(report, repaired)
+
+
+async def _being_stored_again(store: QueueStore, checked: list[Finding], max_errors: int) -> list[Finding]:
+    """A missing or damaged copy whose record this site tracks again (sent again, being stored) is in flight."""
+    suspect = [item.record_id for item in checked if item.file_class in SUSPECT]
+    tracked: dict[str, Tracked] = {}
+    for start in range(0, len(suspect), WHEREABOUTS_CHUNK):
+        chunk = suspect[start:start + WHEREABOUTS_CHUNK]
+        for record_id, known in zip(chunk, await store.whereabouts(chunk, max_errors), strict=True):
+            if isinstance(known, Tracked):
+                tracked[record_id] = known
+    return [_in_flight(item, tracked[item.record_id]) if item.file_class in SUSPECT and item.record_id in tracked
+            else item for item in checked]
+
+
+def _in_flight(item: Finding, known: Tracked) -> Finding:
+    return Finding(item.path, item.record_id, FileClass.IN_FLIGHT, item.site,
+                   f"being stored again ({known.state}); {item.detail}")
+
+
+async def _repair(store: QueueStore, root: str, repairs: list[Finding]) -> list[Finding]:
+    """Quarantine each damaged copy, then mark every repaired copy's record lost here."""
+    lost: list[tuple[str, str]] = []
+    done: list[Finding] = []
+    for item in repairs:
+        why = f"{item.file_class.value}: {item.detail}"
+        if item.file_class is FileClass.CORRUPT_COPY:
+            try:
+                moved = await asyncio.to_thread(quarantine, root, item.path)
+            except OSError as exc:  # left where it is: not marked lost, so reported again next time
+                done.append(Finding(item.path, item.record_id, FileClass.UNREADABLE, item.site,
+                                    f"cannot move it into the quarantine: {exc.strerror or exc}"))
+                continue
+            why += f"; moved to {moved}"
+        lost.append((item.record_id, why))
+        done.append(Finding(item.path, item.record_id, item.file_class, item.site, f"marked lost: {why}"))
+    await store.mark_lost(lost)
+    return done
