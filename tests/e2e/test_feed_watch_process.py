@@ -70,15 +70,27 @@ async def test_a_feeder_killed_mid_stream_loses_nothing_and_after_a_restart_ever
     expected = {write_file(root / f"before{n:04d}", f"b{n}".encode()): str(root / f"before{n:04d}")
                 for n in range(1500)}
     async with watching(tmp_path, daemon.port) as first:
-        for n in range(200):  # files still arriving when it dies
-            expected[write_file(root / f"during{n:03d}", f"d{n}".encode())] = str(root / f"during{n:03d}")
+        for n in range(200):
+            expected[write_file(root / f"during{n:04d}", f"d{n}".encode())] = str(root / f"during{n:04d}")
 
         async def some_queued() -> bool:
             return len(await queued(store)) >= 100
 
         await eventually(some_queued, 30)
+
+        async def still_arriving() -> None:
+            # Files keep coming until the kill, so that it strikes mid-stream however quick the feeder is.
+            for n in range(200, 10_000):
+                expected[write_file(root / f"during{n:04d}", f"d{n}".encode())] = str(root / f"during{n:04d}")
+                await asyncio.sleep(0.001)
+
+        writer = asyncio.create_task(still_arriving())
+        await asyncio.sleep(0.2)
         first.send_signal(signal.SIGKILL)
         await first.wait()
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
     assert len(await queued(store)) < len(expected)
     for n in range(50):  # written while no feeder runs
         expected[write_file(root / f"down{n:02d}", f"w{n}".encode())] = str(root / f"down{n:02d}")
