@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dataq.audit.brakes import DEFAULT_MAX_REPAIR, Refused, RepairLimit
+from dataq.audit.brakes import DEFAULT_MAX_REPAIR, Refused, Repair, RepairLimit
 from dataq.cli.options import config_option
 from dataq.config import QueueSettings, Settings, load_settings
 from dataq.errors import DataqError
 
 if TYPE_CHECKING:
-    from dataq.audit.command import StoringRoot
+    from dataq.audit.command import Directories, StoringRoot
 
 EXIT_REFUSED = 2
 """The audit could not run, or refused to repair (:data:`dataq.audit.command.EXIT_REFUSED`)."""
@@ -29,49 +29,58 @@ def _limit(_ctx: click.Context, _param: click.Parameter, value: str) -> RepairLi
 @click.command()
 @config_option
 @click.option("--queue", "queue_names", metavar="NAME", multiple=True,
-              help="Audit this queue's roots only (repeat for more; default: every queue).")
+              help="The queue whose records the directories' files are (default: [feed] queue, else the first); "
+              "with --copies, audit this queue's root only (repeat for more; default: every queue's).")
 @click.option("--copies", is_flag=True,
               help="Check the copies this site stores: each copy its manifests name present with its size, and "
               "files no manifest names (dark).")
 @click.option("--deep", is_flag=True, help="With --copies: read every copy back and check its checksum too.")
 @click.option("--repair", is_flag=True,
-              help="Put right what was found: mark missing or damaged copies lost (a damaged one moved into the "
-              "quarantine first), so that their records, sent again, are stored anew.")
+              help="Put right what was found: feed files no site knows, send lost files again down the chain; "
+              "with --copies, mark missing or damaged copies lost (a damaged one moved into the quarantine).")
 @click.option("--max-repair", "limit", default=DEFAULT_MAX_REPAIR, show_default=True, callback=_limit,
               metavar="PERCENT%|FILES", help="Repair nothing, and exit 2, if more files than this would be touched "
               "(a share of the files audited, at least 10 files; or a number of files).")
 @click.option("--force", is_flag=True,
-              help="Repair beyond --max-repair (never a root that looks unmounted).")
+              help="Repair beyond --max-repair (never a root that looks unmounted, nor a missing directory).")
 @click.option("--json", "as_json", is_flag=True,
               help='One JSON object per finding ({"path", "id", "class", "site", "detail"}), then {"summary": ...}.')
+@click.argument("directories", nargs=-1, type=click.Path(file_okay=True, dir_okay=True))
 def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, deep: bool, repair: bool,
-          limit: RepairLimit, force: bool, as_json: bool) -> None:
-    """Audit this site: find what is missing, damaged or unknown, and with --repair put it right.
+          limit: RepairLimit, force: bool, as_json: bool, directories: tuple[str, ...]) -> None:
+    """Audit this site: where each file of DIRECTORIES is along the chain, asked afresh at every site; with
+    --copies, the copies this site stores. --repair puts right what was found.
+
+    Classes: arrived, in_flight, failed, never_fed, lost, unknown (a site did not answer), unreadable; with
+    --copies: missing_copy, corrupt_copy, dark (never deleted), in_flight.
 
     Exit status: 0 nothing found; 1 something found; 2 the audit could not run, or refused to repair (the
-    brakes: too many repairs, a root that looks unmounted; nothing was changed).
+    brakes: too many repairs, a root that looks unmounted, a directory that is not there; nothing was changed).
     """
-    if not copies:
-        raise click.UsageError("say what to audit: --copies (the copies this site stores)")
+    if not copies and not directories:
+        raise click.UsageError("say what to audit: DIRECTORIES (of sources), or --copies (the copies stored here)")
     if deep and not copies:
         raise click.UsageError("--deep applies to --copies")
     # Here, not at the top: `dataq feed` and the daemons load this module too, and need neither Redis nor the store.
-    from dataq.audit.command import audit_copies
+    from dataq.audit.command import run_audits
     from dataq.audit.root_audit import CopiesAudit
     from dataq.embedded.locate import resolve_redis
     from dataq.runtime.loop import run_daemon
 
+    progress = not as_json and sys.stderr.isatty()
+    policy = Repair(repair, limit, force)
     try:
         settings = load_settings(config_path)
         queues = _queues(settings, queue_names)
-        roots = storing_roots(settings, queues)
-        if not roots:
+        roots = storing_roots(settings, queues) if copies else []
+        if copies and not roots:
             raise Refused(f"no storing root to audit: queue(s) {', '.join(q.name for q in queues)} run no "
                           "disk_store")
+        sources = _sources(settings, queue_names, directories, policy, progress) if directories else None
         url = resolve_redis(settings, start_embedded=False).url
-        how = CopiesAudit(settings.site, deep=deep, repair=repair, limit=limit, force=force,
-                          progress=not as_json and sys.stderr.isatty())
-        status = run_daemon(audit_copies(settings, url, roots, how, as_json=as_json))
+        how = CopiesAudit(settings.site, deep=deep, repair=policy, progress=progress)
+        status = run_daemon(run_audits(settings, url, roots=roots, copies=how if copies else None, sources=sources,
+                                       as_json=as_json))
     except DataqError as exc:
         # Whatever kept the audit from running (settings, Redis, a refusal) is exit status 2, so that a
         # scheduled audit tells "found something" (1) from "could not look" (2).
@@ -96,3 +105,35 @@ def storing_roots(settings: Settings, queues: list[QueueSettings]) -> list[Stori
         if options is not None:
             roots.append(StoringRoot(queue.name, queue.max_errors, options.root))
     return roots
+
+
+def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tuple[str, ...], repair: Repair,
+             progress: bool) -> Directories:
+    """The directories to audit, chosen from as their feeders choose ([feed]), with how this site asks its chain
+    (as ``network_move`` hands on: its next sites, its TLS, its timeout)."""
+    from dataq.actions.disk_store import DiskStoreAction
+    from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
+    from dataq.actions.network_move import NetworkMoveAction
+    from dataq.actions.registry import options_of
+    from dataq.audit.chain import asker
+    from dataq.audit.command import Directories
+    from dataq.audit.dir_audit import DirectoryAudit
+    from dataq.audit.questions import AuditDesk
+    from dataq.feed.link import client_tls_context
+    from dataq.feed.watch import WatchOptions
+
+    if len(queue_names) > 1:
+        raise click.UsageError("the files of DIRECTORIES are one queue's: give --queue once")
+    queue = settings.queue(queue_names[0] if queue_names else settings.feed.queue)
+    move = options_of(queue, NetworkMoveAction, settings.source)
+    store = options_of(queue, DiskStoreAction, settings.source)
+    desk = AuditDesk(settings.site, queue.max_errors, tuple(move.next_sites) if move else (),
+                     store.root if store else None)
+    tls = client_tls_context(move.handon_tls_ca, move.handon_tls_cert, move.handon_tls_key) \
+        if move is not None and move.handon_tls else None
+    feed = settings.feed
+    watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude)
+               for directory in directories]
+    how = DirectoryAudit(desk, queue.rules, repair=repair, progress=progress)
+    timeout = move.handon_timeout if move is not None else DEFAULT_HANDON_TIMEOUT
+    return Directories(queue.name, watched, how, asker(settings.site, tls, timeout))

@@ -3,7 +3,7 @@
 A client (a feeder, a cascade's hand-on, a custody keeper asking for receipts) opens every connection with one
 line, before any record::
 
-    {"hello":"dataq","version":"0.2.0","speaks":["again","algorithm","identity","receipts","site"]}
+    {"hello":"dataq","version":"0.2.0","speaks":["again","algorithm","audit","identity","receipts","site"]}
 
 and reads one line back before it sends anything else. A push daemon that knows the handshake answers with the
 same kind of line, naming what *it* speaks; both sides then use the intersection (:attr:`Greeting.capabilities`).
@@ -52,6 +52,8 @@ class Capability(enum.StrEnum):
     """A record line's ``"identity"`` key: the file its feeder hashed, so actions need not read it again."""
     RECEIPTS = "receipts"
     """Receipts queries (:mod:`dataq.custody.receipts`): where a record handed on is now, to the end of the chain."""
+    AUDIT = "audit"
+    """Audit questions (:mod:`dataq.audit.questions`): what a site holds of a record, its stored copy included."""
     AGAIN = "again"
     """A record line's ``"again"`` key: a record sent again on purpose, stored even if remembered done."""
 

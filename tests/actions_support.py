@@ -38,6 +38,13 @@ def make_file(directory: Path, name: str, data: bytes, *, pushed_at: float | Non
     return Record(path=str(path), checksum=md5(data), size=len(data), pushed_at=pushed_at, source="test")
 
 
+def empty_root(tmp_path: Path) -> Path:
+    """A storing root, made empty under ``tmp_path``."""
+    path = tmp_path / "archive"
+    path.mkdir()
+    return path
+
+
 def stored_copies(root: Path) -> list[Path]:
     """The copies a storing action keeps under ``root``: every file but those of dataq's own folder (manifests,
     quarantine)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dataq.errors import DataqError
 
@@ -51,6 +51,19 @@ class RepairLimit:
 
     def __str__(self) -> str:
         return f"{self.value:g}%" if self.percent else f"{int(self.value)} files"
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """Whether an audit repairs what it finds (``--repair``), and within which brakes."""
+
+    enabled: bool = False
+    limit: RepairLimit = field(default_factory=lambda: RepairLimit.parse(DEFAULT_MAX_REPAIR))
+    force: bool = False
+
+    def check(self, repairs: int, audited: int) -> None:
+        """Refused when ``repairs`` of ``audited`` files are more than the limit allows (unless forced)."""
+        check_repair(repairs, audited, self.limit, self.force)
 
 
 def check_repair(repairs: int, audited: int, limit: RepairLimit, force: bool) -> None:

@@ -4,13 +4,16 @@ exit status (0 nothing found, 1 something found, 2 the audit could not run or re
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from dataq.audit.brakes import Refused
+from dataq.audit.chain import Ask
+from dataq.audit.dir_audit import DirectoryAudit, audit_directories, check_directories
 from dataq.audit.findings import Finding, Report, json_lines, table
-from dataq.audit.root_audit import CopiesAudit, RootResult, audit_root
+from dataq.audit.root_audit import CopiesAudit, audit_root
 from dataq.config import Settings
+from dataq.feed.watch import WatchOptions
 from dataq.store import QueueStore
 
 EXIT_CLEAN = 0
@@ -28,42 +31,79 @@ class StoringRoot:
     root: str
 
 
-async def audit_copies(settings: Settings, url: str, roots: list[StoringRoot], how: CopiesAudit, *, as_json: bool,
-                       out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Audit each root; print the findings of all, then the refusals; the exit status."""
+@dataclass(frozen=True, slots=True)
+class Directories:
+    """Directories of sources to audit, whose records go to ``queue``."""
+
+    queue: str
+    directories: list[WatchOptions]
+    how: DirectoryAudit
+    ask: Ask
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the audits of one call found, repaired, could not ask, and refused."""
+
+    findings: list[Finding] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    repaired: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def add(self, report: Report, repaired: list[Finding]) -> None:
+        self.findings += report.findings
+        for name, count in report.counts.items():
+            self.counts[name] = self.counts.get(name, 0) + count
+        self.repaired += repaired
+
+
+async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], copies: CopiesAudit | None,
+                     sources: Directories | None, as_json: bool, out: TextIO | None = None,
+                     err: TextIO | None = None) -> int:
+    """Audit the storing ``roots`` (with ``copies``) and the ``sources``; print the findings of all, then what
+    could not be asked and the refusals; the exit status."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    results: list[RootResult] = []
-    refused: list[str] = []
-    for item in roots:
-        store = QueueStore.open(settings, url, item.queue)
+    outcome = Outcome()
+    if sources is not None:
+        # Before anything is read: a directory that is not there refuses the whole audit.
+        check_directories(sources.directories)
+        store = QueueStore.open(settings, url, sources.queue)
         try:
-            results.append(await audit_root(store, item.root, item.max_errors, how))
+            result = await audit_directories(store, sources.directories, sources.ask, sources.how)
+            outcome.add(result.report, result.repaired)
+            outcome.warnings += [f"{hop.site} cannot answer audit questions ({hop.reason}); its files are reported "
+                                 "as far as the chain could tell" if hop.older else
+                                 f"{hop.site} did not answer: {hop.reason}" for hop in result.silent]
         except Refused as exc:
-            refused.append(str(exc))
+            outcome.refused.append(str(exc))
         finally:
             await store.close()
-    report = _merged(results)
+    for item in roots if copies is not None else []:
+        assert copies is not None
+        store = QueueStore.open(settings, url, item.queue)
+        try:
+            root_result = await audit_root(store, item.root, item.max_errors, copies)
+            outcome.add(root_result.report, root_result.repaired)
+        except Refused as exc:
+            outcome.refused.append(str(exc))
+        finally:
+            await store.close()
+    report = Report(dict(sorted(outcome.counts.items())), outcome.findings)
     if as_json:
         out.write(json_lines(report))
     else:
-        out.write(table(report, f"audit of the copies under {', '.join(item.root for item in roots)} at "
-                                f"{how.site or 'this site'}" + (" (deep)" if how.deep else "")))
-        for result in results:
-            for repaired in result.repaired:
-                out.write(f"repaired: {repaired.path}  {repaired.record_id}  {repaired.detail}\n")
-    for message in refused:
-        err.write(f"Error: {message}\n")
-    if refused:
+        out.write(table(report, _title(settings.site, roots if copies else [], sources)))
+        out.writelines(f"repaired: {item.path}  {item.record_id}  {item.detail}\n" for item in outcome.repaired)
+    err.writelines(f"Warning: {message}\n" for message in outcome.warnings)
+    err.writelines(f"Error: {message}\n" for message in outcome.refused)
+    if outcome.refused:
         return EXIT_REFUSED
     return EXIT_FOUND if report.findings else EXIT_CLEAN
 
 
-def _merged(results: list[RootResult]) -> Report:
-    findings: list[Finding] = []
-    counts: dict[str, int] = {}
-    for result in results:
-        findings += result.report.findings
-        for name, count in result.report.counts.items():
-            counts[name] = counts.get(name, 0) + count
-    return Report(dict(sorted(counts.items())), findings)
+def _title(site: str, roots: list[StoringRoot], sources: Directories | None) -> str:
+    audited = [options.root for options in sources.directories] if sources else []
+    audited += [f"the copies under {item.root}" for item in roots]
+    return f"audit of {', '.join(audited)} at {site or 'this site'}"

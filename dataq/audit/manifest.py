@@ -132,15 +132,26 @@ def manifests(root: str) -> list[str]:
 def read(root: str, relative: str) -> Iterator[Entry]:
     """The entries of one manifest, in order; lines that are not entries (a line cut short by a crash, an
     operator's comment) are skipped."""
+    entries, _ = read_from(root, relative, 0)
+    yield from entries
+
+
+def read_from(root: str, relative: str, start: int) -> tuple[list[Entry], int]:
+    """The entries of one manifest from byte ``start`` (the end of an entry), and the offset after the last
+    complete entry read: where the next read of the growing file starts."""
     match = _NAME.fullmatch(os.path.basename(relative))
     algorithm = match["algorithm"] if match else ""
     digits = HEX_DIGITS.get(algorithm)
     size: int | None = None
     stored: float | None = None
+    found: list[Entry] = []
+    offset = end = start
     with open(os.path.join(root, relative), "rb") as file:
+        file.seek(start)
         for raw in file:
             if not raw.endswith(b"\n"):
-                break  # the last line of a write cut short
+                break  # the last line of a write cut short, or being written
+            offset += len(raw)
             text = raw[:-1].decode("utf-8", "surrogateescape")
             if text.startswith(_COMMENT):
                 size, stored = _comment(text)
@@ -148,8 +159,10 @@ def read(root: str, relative: str) -> Iterator[Entry]:
             entry = _entry(text, digits)
             if entry is not None:
                 checksum, path = entry
-                yield Entry(checksum, path, size, stored, relative, algorithm)
+                found.append(Entry(checksum, path, size, stored, relative, algorithm))
             size = stored = None
+            end = offset
+    return found, end
 
 
 def _comment(text: str) -> tuple[int | None, float | None]:

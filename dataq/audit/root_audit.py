@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from dataq.audit import copies
-from dataq.audit.brakes import RepairLimit, check_repair, check_root
+from dataq.audit.brakes import Repair, check_root
 from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
 from dataq.audit.quarantine import quarantine
@@ -24,13 +24,11 @@ SUSPECT = frozenset({FileClass.MISSING_COPY, FileClass.CORRUPT_COPY})
 
 @dataclass(frozen=True, slots=True)
 class CopiesAudit:
-    """How to audit: re-read every copy (``deep``), repair, within which limit."""
+    """How to audit copies, as site ``site``: re-read every copy (``deep``) or not, repair or not."""
 
     site: str
     deep: bool = False
-    repair: bool = False
-    limit: RepairLimit = field(default_factory=lambda: RepairLimit.parse("10%"))
-    force: bool = False
+    repair: Repair = field(default_factory=Repair)
     progress: bool = False
 
 
@@ -60,9 +58,9 @@ async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesA
     progress.finish()
     report = Report.of([*await _being_stored_again(store, checked, max_errors), *dark])
     repaired: list[Finding] = []
-    if how.repair:
+    if how.repair.enabled:
         repairs = report.repairable()
-        check_repair(len(repairs), report.files, how.limit, how.force)
+        how.repair.check(len(repairs), report.files)
         repaired = await _repair(store, root, repairs)
     await store.save_audit(target_of(root), {
         "kind": "copies", "root": root, "site": how.site, "at": round(started, 3),

@@ -64,10 +64,12 @@ _MARKER: Final = b'"receipts"'
 
 @dataclass(frozen=True, slots=True)
 class ReceiptQuery:
-    """One receipts line as the push daemon read it: per id, the id, or why it is refused (an ``InvalidRecord``)."""
+    """One receipts line (or, with ``key`` ``"audit"``, an audit question: :mod:`dataq.audit.questions`) as the push
+    daemon read it: per id, the id, or why it is refused (an ``InvalidRecord``)."""
 
     ids: list[str | InvalidRecord]
     asker: str | None = None
+    key: str = RECEIPTS_KEY
 
     @property
     def valid(self) -> list[str]:
@@ -79,39 +81,41 @@ def is_query(line: bytes) -> bool:
     return line.startswith(b"{") and _MARKER in line
 
 
-def parse_query(line: bytes, rules: RecordRules) -> ReceiptQuery:
-    """Read a receipts line; InvalidRecord (its message starts with ``receipts:``) if the line is malformed."""
+def parse_query(line: bytes, rules: RecordRules, key: str = RECEIPTS_KEY) -> ReceiptQuery:
+    """Read a receipts line (an audit question with ``key`` ``"audit"``); InvalidRecord (its message starts with
+    ``receipts:``, ``audit:``) if the line is malformed."""
+    topic = f"{key}: "
     try:
         value = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"{ERROR_TOPIC}not a JSON object: {exc}") from None
-    if not isinstance(value, dict) or RECEIPTS_KEY not in value:
-        raise InvalidRecord(f"{ERROR_TOPIC}the line must be a JSON object with the key {RECEIPTS_KEY!r}")
-    unknown = sorted(set(value) - {RECEIPTS_KEY, "site"})
+        raise InvalidRecord(f"{topic}not a JSON object: {exc}") from None
+    if not isinstance(value, dict) or key not in value:
+        raise InvalidRecord(f"{topic}the line must be a JSON object with the key {key!r}")
+    unknown = sorted(set(value) - {key, "site"})
     if unknown:
-        raise InvalidRecord(f"{ERROR_TOPIC}unknown key {unknown[0]!r}; the keys are {RECEIPTS_KEY!r} and 'site'")
-    ids, asker = value[RECEIPTS_KEY], value.get("site")
+        raise InvalidRecord(f"{topic}unknown key {unknown[0]!r}; the keys are {key!r} and 'site'")
+    ids, asker = value[key], value.get("site")
     if not isinstance(ids, list):
-        raise InvalidRecord(f"{ERROR_TOPIC}{RECEIPTS_KEY!r} must be a list of ids")
+        raise InvalidRecord(f"{topic}{key!r} must be a list of ids")
     if len(ids) > MAX_RECEIPT_IDS:
-        raise InvalidRecord(f"{ERROR_TOPIC}{len(ids)} ids in one line; at most {MAX_RECEIPT_IDS}")
+        raise InvalidRecord(f"{topic}{len(ids)} ids in one line; at most {MAX_RECEIPT_IDS}")
     if asker is not None and not isinstance(asker, str):
-        raise InvalidRecord(f"{ERROR_TOPIC}'site' must be a string")
+        raise InvalidRecord(f"{topic}'site' must be a string")
     checked: list[str | InvalidRecord] = []
     for item in ids:
         if not isinstance(item, str):
-            checked.append(InvalidRecord(f"{ERROR_TOPIC}an id must be a string, got {json.dumps(item)[:80]}"))
+            checked.append(InvalidRecord(f"{topic}an id must be a string, got {json.dumps(item)[:80]}"))
             continue
         try:
             checked.append(rules.check_checksum(item))
         except InvalidRecord as exc:
-            checked.append(InvalidRecord(f"{ERROR_TOPIC}{exc}"))
-    return ReceiptQuery(checked, asker)
+            checked.append(InvalidRecord(f"{topic}{exc}"))
+    return ReceiptQuery(checked, asker, key)
 
 
-def query_line(ids: list[str], site: str) -> bytes:
-    """The receipts line a site sends about ``ids``, with its newline."""
-    return json.dumps({RECEIPTS_KEY: ids, "site": site}, separators=(",", ":")).encode() + b"\n"
+def query_line(ids: list[str], site: str, key: str = RECEIPTS_KEY) -> bytes:
+    """The receipts line (``key`` ``"audit"``: the audit question) a site sends about ``ids``, with its newline."""
+    return json.dumps({key: ids, "site": site}, separators=(",", ":")).encode() + b"\n"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dataq.audit.questions import AUDIT_KEY, AuditDesk, Copies
 from dataq.custody.desk import ReceiptDesk
 from dataq.custody.receipts import ReceiptQuery
 from dataq.errors import NotReplicated, StoreError
@@ -101,6 +103,7 @@ class Committer:
         after_batch: Callable[[int], Awaitable[None]],
         depth: int = PIPELINE_DEPTH,
         desk: ReceiptDesk | None = None,
+        audit_desk: AuditDesk | None = None,
     ) -> None:
         """The committer closes ``gate`` while Redis fails and while the backlog is above :data:`BACKLOG_LIMIT`
         (until it falls under :data:`BACKLOG_RESUME`); ``after_batch`` gets the active list's length after each
@@ -109,6 +112,8 @@ class Committer:
         self.gate = gate
         self.desk = desk or ReceiptDesk(store.queue, 0)
         """Answers receipts queries."""
+        self.audit_desk = audit_desk or AuditDesk(self.desk.site, self.desk.max_errors, self.desk.next_sites)
+        """Answers audit questions."""
         self.batch_max = batch_max
         self.depth = depth
         self.stats = CommitStats()
@@ -221,6 +226,9 @@ class Committer:
                 # After the batch's records: a query answers for what the lines before it pushed.
                 stored = stored or _Stored([], 0, wrote=False)
                 stored.known = await self._known([record_id for query in queries for record_id in query.valid])
+                audited = [record_id for query in queries if query.key == AUDIT_KEY for record_id in query.valid]
+                if audited:
+                    stored.copies = await self._copies(audited)
             return stored
         finally:
             on_written()
@@ -273,6 +281,16 @@ class Committer:
                     log.warning("cannot read receipts; holding their answers and retrying", error=str(exc))
                 await backoff.wait()
 
+    async def _copies(self, ids: list[str]) -> Copies:
+        """The stored copies of ``ids`` (audit questions), read off the event loop; what cannot be read is
+        answered as named by no manifest, and logged."""
+        try:
+            return await asyncio.to_thread(self.audit_desk.copies, ids)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("cannot read the storing root's manifests to answer an audit question", error=str(exc),
+                        root=self.audit_desk.root)
+            return {}
+
     async def _push(self, items: list[Item], now: float, replays: list[Replay], *, retry: bool,
                     on_written: Callable[[], None]) -> _Stored:
         """One attempt: the resends of unconfirmed writes repeat those writes, the rest is written at ``now``;
@@ -315,7 +333,11 @@ class Committer:
                     parts.append(entry.answer().decode())
                     continue
                 if isinstance(entry, ReceiptQuery):
-                    parts.append(self.desk.lines(entry, [next(known) for _ in entry.valid]))
+                    about = [next(known) for _ in entry.valid]
+                    if entry.key == AUDIT_KEY:
+                        parts.append(self.audit_desk.lines(entry, about, stored.copies if stored else {}))
+                    else:
+                        parts.append(self.desk.lines(entry, about))
                     stats.receipts += len(entry.ids)
                     continue
                 checksum = entry.checksum
@@ -369,4 +391,6 @@ class _Stored:
     wrote: bool = True
     """Whether the batch had records to write (``active_length`` is then the active list's length after)."""
     known: list[Known] = field(default_factory=list)
-    """What is known of the ids of the batch's receipts queries, in order."""
+    """What is known of the ids of the batch's receipts queries and audit questions, in order."""
+    copies: Copies = field(default_factory=dict)
+    """The stored copies of the ids of the batch's audit questions."""

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import cast
 
+from dataq.audit.questions import AuditDesk
 from dataq.config import PushSettings, QueueSettings, Settings
 from dataq.custody.desk import ReceiptDesk
 from dataq.embedded.locate import resolve_redis
@@ -87,9 +88,13 @@ class PushDaemon:
         move = queue.action_options.get("network_move", {})
         next_sites = move.get("next_sites", ()) if move.get("custody", True) is not False else ()
         desk = ReceiptDesk(settings.site, queue.max_errors, tuple(str(site) for site in next_sites))
+        # Audit questions are answered with this site's own next sites, custody or not, and its stored copies.
+        stored_under = queue.action_options.get("disk_store", {}).get("root")
+        audit_desk = AuditDesk(settings.site, queue.max_errors, tuple(str(site) for site in move.get("next_sites", ())),
+                               str(stored_under) if stored_under else None)
         self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,
                                    depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH,
-                                   desk=desk)
+                                   desk=desk, audit_desk=audit_desk)
         self.listener = Listener(
             self.committer,
             self.gate,

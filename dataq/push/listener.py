@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from dataq.addresses import peer_text
+from dataq.audit.questions import AUDIT_KEY, is_question
 from dataq.custody.receipts import is_query, parse_query
 from dataq.errors import InvalidRecord
 from dataq.handshake import Capability, is_hello, parse_hello
@@ -280,6 +281,9 @@ class FeederConnection(asyncio.Protocol):
                             self.transport.write(hello.answer())
                             continue
                         entries.append(hello)
+                        continue
+                    if is_question(line):
+                        entries.append(parse_query(line, rules, AUDIT_KEY))
                         continue
                     if is_query(line):
                         entries.append(parse_query(line, rules))

@@ -18,7 +18,7 @@ from dataq.custody.desk import ReceiptDesk
 from dataq.custody.receipts import ReceiptKind
 from dataq.record import Record
 from dataq.store import Lost, QueueStore, Tracked
-from tests.actions_support import make_file
+from tests.actions_support import empty_root, make_file
 from tests.cli_support import on_store as on_queue
 
 QUEUE = "archive"
@@ -29,9 +29,7 @@ T = TypeVar("T")
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    path = tmp_path / "archive"
-    path.mkdir()
-    return path
+    return empty_root(tmp_path)
 
 
 @pytest.fixture
@@ -215,7 +213,7 @@ def test_a_root_that_looks_unmounted_is_refused_whatever_force_says(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ((), "say what to audit: --copies"),
+    ((), "say what to audit: DIRECTORIES (of sources), or --copies"),
     (("--copies", "--max-repair", "lots"), "'lots' is neither a percentage (10%) nor a number of files (25)"),
     (("--copies", "--max-repair", "120%"), "is more than 100%"),
     (("--copies", "--queue", "nosuch"), "nosuch"),

@@ -7,14 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from dataq.audit.questions import AUDIT_KEY, is_question
+from dataq.custody.receipts import parse_query
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.errors import InvalidRecord
 from dataq.handshake import is_hello, parse_hello
 from dataq.protocol import clean_message
-from dataq.record import format_line, parse_line
+from dataq.record import DEFAULT_RULES, format_line, parse_line
 from tests.conftest import TEST_APPENDFSYNC
 from tests.helpers import checksum_of, make_records
 from tests.push_support import LOOPBACK, REPLY_TIMEOUT, push_settings, threaded_push
@@ -64,6 +66,9 @@ def expected_reply(line: bytes) -> tuple[str, str]:
     try:
         if is_hello(line):
             return "hello", parse_hello(line).answer().decode().rstrip("\n")
+        if is_question(line):
+            parse_query(line, DEFAULT_RULES, AUDIT_KEY)
+            reject()  # a well-formed audit question is answered with a line per id it names, not one
         record = parse_line(line)
     except InvalidRecord as exc:
         return "Error: ", clean_message(str(exc))

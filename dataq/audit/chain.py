@@ -1,0 +1,95 @@
+"""Asking the chain afresh: this site's answer about each file's record, then each next site's, site after site to
+the end of the chain (the audit questions of :mod:`dataq.audit.questions`).
+
+Every id goes on to the next site, not only those this site handed on: a site that forgot a record long done (its
+``remember_done`` passed) must not hide a copy the archive still holds. A site that cannot be asked (unreachable,
+silent, or too old to speak audit questions) ends the walk of its ids with a :class:`Silent` hop, and the
+classification reports them as far as the chain could tell.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from dataq.audit.questions import AUDIT_KEY, Answer, parse_answer
+from dataq.config.feed_settings import parse_target
+from dataq.custody.client import NotSpoken, ask_lines
+from dataq.errors import DataqError
+from dataq.handshake import Capability, PeerBook
+
+MAX_HOPS = 16
+"""Sites followed at most (a chain that loops back on itself ends here)."""
+SECONDS_PER_ID = 0.002
+"""Time a site is given per id asked, beyond the hand-on's timeout: 100,000 ids get 200 s more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Silent:
+    """A site that could not be asked about a record: why, and whether it is too old to speak audit questions."""
+
+    site: str
+    reason: str
+    older: bool = False
+
+
+Hop = Answer | Silent
+Ask = Callable[[str, list[str]], Awaitable[list[Answer]]]
+"""Asks the push daemon at an address about ids: their answers in order (DataqError if it cannot)."""
+
+
+def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook | None = None) -> Ask:
+    """How site ``site`` asks a push daemon, over ``tls``, within ``timeout`` seconds plus a little per id."""
+    book = peers or PeerBook()
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        try:
+            host, port = parse_target(address)
+        except ValueError as exc:
+            raise DataqError(f"{address}: {exc}") from None
+        lines = await ask_lines(host, port, ids, site=site, tls=tls, within=timeout + SECONDS_PER_ID * len(ids),
+                                peer=book[address], capability=Capability.AUDIT, key=AUDIT_KEY)
+        return [parse_answer(line, record_id) for record_id, line in zip(ids, lines, strict=True)]
+
+    return ask
+
+
+async def walk(first: dict[str, Answer], ask: Ask) -> dict[str, list[Hop]]:
+    """Each id's hops: this site's answer (``first``), then every next site's, to the end of the chain."""
+    journeys: dict[str, list[Hop]] = {record_id: [answer] for record_id, answer in first.items()}
+    going = list(first)
+    for _ in range(MAX_HOPS):
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for record_id in going:
+            last = journeys[record_id][-1]
+            if isinstance(last, Answer) and last.next_sites and last.refused is None:
+                groups.setdefault(last.next_sites, []).append(record_id)
+        if not groups:
+            break
+        going = []
+        for addresses, ids in groups.items():
+            answered = await _first_answering(addresses, ids, ask)
+            if isinstance(answered, Silent):
+                for record_id in ids:
+                    journeys[record_id].append(answered)
+                continue
+            for record_id, answer in zip(ids, answered, strict=True):
+                journeys[record_id].append(answer)
+            going += ids
+    return journeys
+
+
+async def _first_answering(addresses: Sequence[str], ids: list[str], ask: Ask) -> list[Answer] | Silent:
+    """The answers of the first of ``addresses`` that answers (as the hand-on fails over), or why none did."""
+    problems: list[str] = []
+    older = True
+    for address in addresses:
+        try:
+            return await ask(address, ids)
+        except NotSpoken as exc:
+            problems.append(f"{address}: {exc}")
+        except DataqError as exc:
+            older = False
+            problems.append(f"{address}: {exc}")
+    return Silent(addresses[0], "; ".join(problems), older)

@@ -1,0 +1,127 @@
+"""The audit of directories at a site that holds sources (``dataq audit DIR...``): every file hashed, the chain asked
+afresh about each (:mod:`.chain`), each file classified (:mod:`.classify`) and, with ``repair``, put right within
+the brakes: a file no site knows is fed, a file lost along the chain is sent again, marked *again*, so that every
+site takes it though it remembers it done."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+from dataq.audit.brakes import Refused, Repair
+from dataq.audit.chain import Ask, Silent, walk
+from dataq.audit.classify import classify
+from dataq.audit.findings import FileClass, Finding, Report
+from dataq.audit.progress import Progress
+from dataq.audit.questions import Answer, AuditDesk
+from dataq.audit.sources import Hashed, files_of, hash_files
+from dataq.errors import InvalidRecord
+from dataq.feed.watch import WatchOptions
+from dataq.record import Record, RecordRules, make_record
+from dataq.store import QueueStore
+
+WHEREABOUTS_CHUNK = 1000
+"""Ids read from this site's Redis per round trip."""
+PUSH_CHUNK = 1000
+"""Records a repair pushes per write."""
+REPAIR_SOURCE = "audit"
+"""The source stored with the records a repair pushes."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryAudit:
+    """How to audit directories: as which site, with which queue's rules, repairing or not, within which limit."""
+
+    desk: AuditDesk
+    rules: RecordRules
+    repair: Repair = field(default_factory=Repair)
+    progress: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryResult:
+    report: Report
+    repaired: list[Finding]
+    silent: list[Silent]
+    """Each site that could not be asked, once."""
+
+
+def check_directories(directories: list[WatchOptions]) -> None:
+    """Refused (whatever ``--force`` says) when a directory to audit does not exist or is not a directory."""
+    for options in directories:
+        if not os.path.isdir(options.root):
+            raise Refused(f"{options.root} is not a directory: nothing to audit there (is it mounted?)")
+
+
+async def audit_directories(store: QueueStore, directories: list[WatchOptions], ask: Ask,
+                            how: DirectoryAudit) -> DirectoryResult:
+    """Audit the files of ``directories``; Refused when a directory is missing or a repair is above the limit."""
+    started = time.time()
+    check_directories(directories)
+    paths = {options.root: await asyncio.to_thread(files_of, options) for options in directories}
+    every = [path for listed in paths.values() for path in listed]
+    progress = Progress("files hashed", len(every), enabled=how.progress)
+    hashed = await asyncio.to_thread(hash_files, every, how.rules.algorithm, tick=progress.tick)
+    progress.finish()
+    findings, readable = _unreadable(hashed, how)
+    ids = sorted({item.checksum for item in readable})
+    first = await _this_site(store, how.desk, ids)
+    journeys = await walk(first, ask)
+    findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in readable]
+    report = Report.of(findings)
+    repaired = await _repair(store, readable, report, how) if how.repair.enabled else []
+    for root, listed in paths.items():
+        inside = [f for f in findings if f.path.startswith(root.rstrip("/") + "/")]
+        part = Report.of(inside)
+        await store.save_audit(f"dir:{root}", {
+            "kind": "directory", "directory": root, "site": how.desk.site, "at": round(started, 3),
+            "seconds": round(time.time() - started, 3), "files": len(listed), "counts": part.counts,
+            "repaired": sum(1 for item in repaired if item.path.startswith(root.rstrip("/") + "/"))})
+    silent = {hop.site: hop for hops in journeys.values() for hop in hops if isinstance(hop, Silent)}
+    return DirectoryResult(report, repaired, list(silent.values()))
+
+
+def _unreadable(hashed: list[Hashed], how: DirectoryAudit) -> tuple[list[Finding], list[Hashed]]:
+    """Findings for the files that could not be read or whose checksum the queue refuses, and the others."""
+    findings, readable = [], []
+    for item in hashed:
+        if item.error is None:
+            try:
+                how.rules.check_checksum(item.checksum)
+            except InvalidRecord as exc:
+                findings.append(Finding(item.path, item.checksum, FileClass.UNREADABLE, how.desk.site, str(exc)))
+                continue
+            readable.append(item)
+        else:
+            findings.append(Finding(item.path, "", FileClass.UNREADABLE, how.desk.site,
+                                    f"cannot read it: {item.error}"))
+    return findings, readable
+
+
+async def _this_site(store: QueueStore, desk: AuditDesk, ids: list[str]) -> dict[str, Answer]:
+    """This site's answer about each id, from its Redis (and its stored copies, if it stores any)."""
+    copies = await asyncio.to_thread(desk.copies, ids)
+    first: dict[str, Answer] = {}
+    for start in range(0, len(ids), WHEREABOUTS_CHUNK):
+        chunk = ids[start:start + WHEREABOUTS_CHUNK]
+        for record_id, known in zip(chunk, await store.whereabouts(chunk, desk.max_errors), strict=True):
+            first[record_id] = desk.answer(record_id, known, copies.get(record_id))
+    return first
+
+
+async def _repair(store: QueueStore, readable: list[Hashed], report: Report, how: DirectoryAudit) -> list[Finding]:
+    """Feed the files no site knows, send the lost ones again (marked again); the findings repaired."""
+    repairs = [item for item in report.findings if item.file_class in (FileClass.NEVER_FED, FileClass.LOST)]
+    how.repair.check(len(repairs), report.files)
+    sizes = {item.path: item.size for item in readable}
+    records: list[Record] = []
+    for item in repairs:
+        record = make_record(item.path, item.record_id, sizes[item.path], how.rules)
+        records.append(replace(record, again=True) if item.file_class is FileClass.LOST else record)
+    for start in range(0, len(records), PUSH_CHUNK):
+        await store.push_batch(records[start:start + PUSH_CHUNK], source=REPAIR_SOURCE)
+    return [Finding(item.path, item.record_id, item.file_class, item.site,
+                    "sent again down the chain" if item.file_class is FileClass.LOST else "fed")
+            for item in repairs]

@@ -1,0 +1,172 @@
+"""Audit questions: how an audit asks a site what it holds of records, its stored copies included, and the answers.
+
+A site's audit asks each site of its chain in turn with one line per 1,000 ids (at most)::
+
+    {"audit": ["<id>", ...], "site": "<the asking site's name>"}
+
+and the push daemon answers, in order with the connection's other lines, one line per id, with what *this* site
+holds of it (not what it last heard from further on: the audit asks every site itself, afresh)::
+
+    {"id": ID, "audit": STATE, "site": S, "next": [ADDRESS, ...], "at": T, "error": E,
+     "copy": "present" | "missing" | "corrupt", "path": P}
+
+``STATE`` is ``queued``, ``delayed``, ``inactive`` (with ``error``, its last), ``custody`` (handed on, waiting for
+the end of the chain), ``done``, ``lost`` (done once, its stored copy found missing or damaged by an audit, with
+``error`` saying why) or ``unknown``; ``at`` is when it was pushed (tracked) or done here; ``next`` names the push
+daemons this site hands records on to (absent: the end of its chain). At a site whose queue stores copies
+(``disk_store``), ``copy`` says whether a manifest names a copy of the record and whether it is there with the size
+the manifest gives (:mod:`dataq.audit.copy_index`); ``copy`` is absent where no manifest names one. A malformed
+line or id is answered ``Error: audit: ...``, as receipts are.
+
+Only a push daemon whose handshake names ``audit`` (:class:`~dataq.handshake.Capability`) is asked.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dataq.audit.copy_index import CopyIndex, copy_state
+from dataq.custody.receipts import ReceiptQuery
+from dataq.errors import InvalidRecord, ProtocolError
+from dataq.protocol import ERROR_PREFIX, clean_message
+from dataq.store import CustodyEntry, Known, Lost, Tracked
+from dataq.store.remembered import Done
+
+AUDIT_KEY: Final = "audit"
+MARK: Final = b'{"audit"'
+"""How every audit question starts (the client writes it so): the push daemon tells it from a record by this."""
+
+
+class SiteState(enum.StrEnum):
+    """What one site holds of a record."""
+
+    QUEUED = "queued"
+    DELAYED = "delayed"
+    INACTIVE = "inactive"
+    CUSTODY = "custody"
+    DONE = "done"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+
+
+class CopyState(enum.StrEnum):
+    """A storing site's copy of a record, as its manifests name it."""
+
+    PRESENT = "present"
+    MISSING = "missing"
+    CORRUPT = "corrupt"
+
+
+def is_question(line: bytes) -> bool:
+    """Whether a wire line is an audit question (checked before it is read as a record)."""
+    return line.startswith(MARK)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One site's answer about one id (``refused``: why the id was refused, and nothing else is said)."""
+
+    record_id: str
+    state: SiteState
+    site: str
+    next_sites: tuple[str, ...] = ()
+    at: float | None = None
+    error: str | None = None
+    copy: CopyState | None = None
+    path: str | None = None
+    refused: str | None = None
+
+    def line(self) -> str:
+        """The answer line, with its newline."""
+        if self.refused is not None:
+            return f"{ERROR_PREFIX}{clean_message(self.refused)}\n"
+        value: dict[str, Any] = {"id": self.record_id, AUDIT_KEY: self.state.value, "site": self.site}
+        if self.next_sites:
+            value["next"] = list(self.next_sites)
+        if self.at is not None:
+            value["at"] = round(self.at, 3)
+        if self.error is not None:
+            value["error"] = clean_message(self.error)
+        if self.copy is not None:
+            value["copy"] = self.copy.value
+            value["path"] = self.path
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def parse_answer(line: bytes | str, record_id: str) -> Answer:
+    """Read one answer line about ``record_id`` (an ``Error:`` line is its refusal); ProtocolError if it is none
+    of the forms above, or about another id."""
+    text = (line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line).rstrip("\r\n")
+    if text.startswith(ERROR_PREFIX):
+        return Answer(record_id, SiteState.UNKNOWN, "", refused=text[len(ERROR_PREFIX):])
+    try:
+        value = json.loads(text)
+        answer = Answer(str(value["id"]), SiteState(value[AUDIT_KEY]), str(value.get("site", "")),
+                        tuple(str(site) for site in value.get("next", ())),
+                        float(value["at"]) if value.get("at") is not None else None, value.get("error"),
+                        CopyState(value["copy"]) if value.get("copy") is not None else None, value.get("path"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"unexpected audit answer {text[:200]!r}: {exc}") from None
+    if answer.record_id != record_id:
+        raise ProtocolError(f"the answer about {answer.record_id} came in the place of {record_id}")
+    return answer
+
+
+Copies = dict[str, tuple[CopyState, str]]
+"""Per id, its copy's state and path at a storing site (absent: no manifest names one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditDesk:
+    """Answers audit questions as site ``site``, whose queue deactivates records after ``max_errors`` failures,
+    hands them on to ``next_sites`` and stores copies under ``root`` (None: it stores none)."""
+
+    site: str
+    max_errors: int
+    next_sites: tuple[str, ...] = ()
+    root: str | None = None
+
+    def copies(self, ids: list[str]) -> Copies:
+        """The stored copies of ``ids`` (blocking: reads the manifests' new lines and looks at the files)."""
+        if self.root is None or not ids:
+            return {}
+        with CopyIndex(self.root) as index:
+            index.refresh()
+            named = index.lookup(ids)
+        found: Copies = {}
+        for record_id, copies in named.items():
+            state, path = copy_state(self.root, copies)
+            found[record_id] = (CopyState(state), path)
+        return found
+
+    def answer(self, record_id: str, known: Known, copy: tuple[CopyState, str] | None) -> Answer:
+        """What this site holds of ``record_id``."""
+        state, at, error = _state_of(known)
+        return Answer(record_id, state, self.site, self.next_sites, at, error,
+                      copy[0] if copy else None, copy[1] if copy else None)
+
+    def lines(self, query: ReceiptQuery, known: list[Known], copies: Copies) -> str:
+        """The answer lines of one question, in order; ``known`` holds what is known of its valid ids, in order."""
+        answers = iter(known)
+        parts = []
+        for item in query.ids:
+            if isinstance(item, InvalidRecord):
+                parts.append(Answer("", SiteState.UNKNOWN, self.site, refused=str(item)).line())
+            else:
+                parts.append(self.answer(item, next(answers), copies.get(item)).line())
+        return "".join(parts)
+
+
+def _state_of(known: Known) -> tuple[SiteState, float | None, str | None]:
+    if isinstance(known, Tracked):
+        return SiteState(known.state.value), known.pushed_at, known.last_error
+    if isinstance(known, CustodyEntry):
+        return SiteState.CUSTODY, known.handed_at, known.last.describe() if known.last else None
+    if isinstance(known, Done):
+        return SiteState.DONE, known.done_at, None
+    if isinstance(known, Lost):
+        return SiteState.LOST, known.at, known.why
+    return SiteState.UNKNOWN, None, None

@@ -1,0 +1,54 @@
+"""The files an audit of a directory looks at, each hashed with the queue's checksum on every core.
+
+The directory's files are chosen as its watching feeder chooses them (``[feed]`` ``recursive``, ``include`` and
+``exclude``, hidden and temporary names skipped: :class:`~dataq.feed.watch.WatchOptions`), so the audit asks about
+exactly the files that should have been fed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from dataq.checksum import hash_file
+from dataq.feed.watch import WatchOptions, list_tree
+
+CHUNK = 64
+"""Files hashed per task: few enough to keep every core busy to the end, enough that dispatching costs little."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hashed:
+    """A file and its checksum and size, or why it could not be read."""
+
+    path: str
+    checksum: str = ""
+    size: int = 0
+    error: str | None = None
+
+
+def files_of(options: WatchOptions) -> list[str]:
+    """The files of the directory a feeder with ``options`` would feed, in path order."""
+    return sorted(list_tree(options))
+
+
+def hash_files(paths: Sequence[str], algorithm: str, *, tick: Callable[[int], None] | None = None,
+               workers: int | None = None) -> list[Hashed]:
+    """Each file hashed, in order, on ``workers`` threads (default: one per CPU; hashing releases the GIL)."""
+    def chunk(start: int) -> list[Hashed]:
+        done = []
+        for path in paths[start:start + CHUNK]:
+            try:
+                checksum, size = hash_file(path, algorithm)
+            except OSError as exc:
+                done.append(Hashed(path, error=exc.strerror or str(exc)))
+                continue
+            done.append(Hashed(path, checksum, size))
+            if tick is not None:
+                tick(size)
+        return done
+
+    with ThreadPoolExecutor(workers or os.cpu_count() or 1, thread_name_prefix="dataq-audit-hash") as pool:
+        return [item for part in pool.map(chunk, range(0, len(paths), CHUNK)) for item in part]

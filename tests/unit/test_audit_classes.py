@@ -1,0 +1,74 @@
+"""How an audit classifies a file from its record's hops along the chain: one case per class, and the order in
+which they win."""
+
+from __future__ import annotations
+
+import pytest
+
+from dataq.audit.chain import Hop, Silent
+from dataq.audit.classify import classify
+from dataq.audit.findings import FileClass
+from dataq.audit.questions import Answer, CopyState, SiteState
+
+ID = "0" * 32
+VALLEY, ARCHIVE = ("127.0.0.1:9002",), ("127.0.0.1:9003",)
+
+
+def mountain(state: SiteState, error: str | None = None) -> Answer:
+    return Answer(ID, state, "mountain", VALLEY, 1_800_000_000.0, error)
+
+
+def valley(state: SiteState, error: str | None = None) -> Answer:
+    return Answer(ID, state, "valley", ARCHIVE, 1_800_000_100.0, error)
+
+
+def archive(state: SiteState, copy: CopyState | None = None, error: str | None = None) -> Answer:
+    return Answer(ID, state, "archive", (), 1_800_000_200.0, error, copy, "/archive/a.fits" if copy else None)
+
+
+DONE, UNKNOWN = SiteState.DONE, SiteState.UNKNOWN
+
+
+@pytest.mark.parametrize(("hops", "expected", "site", "detail"), [
+    ([mountain(DONE), valley(DONE), archive(DONE, CopyState.PRESENT)], FileClass.ARRIVED, "archive", ""),
+    # The archive forgot the record (remember_done passed), its manifest still names the copy: arrived.
+    ([mountain(UNKNOWN), valley(UNKNOWN), archive(UNKNOWN, CopyState.PRESENT)], FileClass.ARRIVED, "archive", ""),
+    ([mountain(DONE), valley(DONE), archive(DONE)], FileClass.ARRIVED, "archive", "keeps no manifest"),
+    ([mountain(DONE), valley(SiteState.INACTIVE, "rsync failed"), archive(UNKNOWN)], FileClass.FAILED, "valley",
+     "inactive: rsync failed"),
+    ([mountain(SiteState.CUSTODY), valley(SiteState.QUEUED), archive(UNKNOWN)], FileClass.IN_FLIGHT, "valley",
+     "queued since 2027-01-15T08:01:40Z"),
+    ([mountain(SiteState.QUEUED), valley(UNKNOWN), archive(UNKNOWN)], FileClass.IN_FLIGHT, "mountain", "queued"),
+    ([mountain(DONE), valley(DONE), archive(DONE, CopyState.MISSING)], FileClass.LOST, "archive",
+     "its copy /archive/a.fits is missing"),
+    ([mountain(DONE), valley(DONE), archive(UNKNOWN, CopyState.CORRUPT)], FileClass.LOST, "archive", "corrupt"),
+    ([mountain(DONE), valley(DONE), archive(SiteState.LOST, error="missing_copy: gone")], FileClass.LOST, "archive",
+     "marked lost there: missing_copy: gone"),
+    ([mountain(DONE), valley(UNKNOWN), archive(UNKNOWN)], FileClass.LOST, "valley",
+     "mountain had it done; valley does not know it"),
+    ([mountain(DONE), Silent("127.0.0.1:9002", "cannot connect")], FileClass.UNKNOWN, "127.0.0.1:9002",
+     "did not answer: cannot connect"),
+    ([mountain(UNKNOWN), valley(UNKNOWN), archive(UNKNOWN)], FileClass.NEVER_FED, "mountain", "no site knows it"),
+    ([mountain(UNKNOWN)], FileClass.NEVER_FED, "mountain", ""),
+])
+def test_each_class_from_the_hops_that_make_it(hops: list[Hop], expected: FileClass, site: str, detail: str) -> None:
+    found = classify("/night/a.fits", ID, hops)
+    assert (found.file_class, found.site) == (expected, site)
+    assert detail in found.detail
+    assert (found.path, found.record_id) == ("/night/a.fits", ID)
+
+
+def test_a_copy_present_at_the_end_wins_over_a_failure_on_the_way() -> None:
+    hops: list[Hop] = [mountain(SiteState.INACTIVE, "old"), valley(DONE), archive(DONE, CopyState.PRESENT)]
+    assert classify("/a", ID, hops).file_class is FileClass.ARRIVED
+
+
+def test_a_silent_site_is_unknown_not_lost_even_after_a_site_that_had_it() -> None:
+    hops: list[Hop] = [mountain(DONE), valley(DONE), Silent("127.0.0.1:9003", "no answer within 5 s")]
+    assert classify("/a", ID, hops).file_class is FileClass.UNKNOWN
+
+
+def test_an_id_a_site_refuses_is_unknown_with_its_words() -> None:
+    hops: list[Hop] = [mountain(DONE), Answer(ID, UNKNOWN, "valley", refused="audit: checksum ... does not match")]
+    found = classify("/a", ID, hops)
+    assert (found.file_class, found.detail) == (FileClass.UNKNOWN, "refused: audit: checksum ... does not match")
