@@ -125,7 +125,7 @@ def audit_once(config: Path, tree: Path, count: int) -> float:
     return seconds
 
 
-async def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
+def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
     tree, archive, mirror = work / "night", work / "archive", work / "mirror"
     archive.mkdir()
     records = make_tree(tree, scenario.count, scenario.size)
@@ -137,8 +137,8 @@ async def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
     archive_port = free_port()
     push = None
     try:
-        await done_at(servers[0].url, records, "feeder")
-        await done_at(servers[1].url, records, "mountain@127.0.0.1:1")
+        asyncio.run(done_at(servers[0].url, records, "feeder"))
+        asyncio.run(done_at(servers[1].url, records, "mountain@127.0.0.1:1"))
         archive_config = write_tables(work / "archive.toml", work / "archive-data", {
             "redis": {"url": servers[1].url}, "log": {"dir": str(work / "log"), "level": "warning"},
             "metrics": {"enabled": False}, "push": {"host": "127.0.0.1"},
@@ -152,7 +152,7 @@ async def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
                                              "next_path": "/archive/{relpath}"}}, site="mountain")
         push = subprocess.Popen([sys.executable, "-c", "from dataq.cli.main import main; main()", "push", "--config",
                                  str(archive_config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        await asyncio.sleep(2.0)
+        time.sleep(2.0)
         cpus = str(os.cpu_count() or 1)
         runs = [
             (scenario.audit, lambda: audit_once(mountain_config, tree, scenario.count)),
@@ -163,7 +163,7 @@ async def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
         for round_no in range(rounds):
             for times, run in runs[::-1] if round_no % 2 else runs:
                 subprocess.run(["sync"], check=True)
-                times.append(await asyncio.to_thread(run))
+                times.append(run())
     finally:
         if push is not None:
             push.terminate()
@@ -172,7 +172,7 @@ async def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
             server.stop()
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", type=int, default=100_000)
     parser.add_argument("--large", type=int, default=100)
@@ -184,7 +184,7 @@ async def main() -> None:
     for scenario in scenarios:
         work = Path(tempfile.mkdtemp(prefix="dataq-bench-audit-", dir=os.environ.get("TMPDIR", "/var/tmp")))
         try:
-            await one_scenario(scenario, args.rounds, work)
+            one_scenario(scenario, args.rounds, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(f"dataq audit benchmark: {args.rounds} interleaved rounds, medians; {os.cpu_count()} CPUs, "
@@ -200,4 +200,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
