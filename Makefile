@@ -123,7 +123,7 @@ UNIT_DIR ?= /etc/systemd/system
 GENERATOR_DIR ?= /etc/systemd/system-generators
 SYSUSERS_DIR ?= /etc/sysusers.d
 CONFIG_DIR ?= /etc/dataq
-UNIT_FILES := $(wildcard systemd/*.service systemd/*.target)
+UNIT_FILES := $(wildcard systemd/*.service systemd/*.target systemd/*.timer)
 ROOT_SUDO := $(if $(DESTDIR),,$(SUDO))
 
 .PHONY: install-systemd check-systemd

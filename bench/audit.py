@@ -121,7 +121,8 @@ def audit_once(config: Path, tree: Path, count: int) -> float:
     seconds = time.perf_counter() - started
     summary = json.loads(done.stdout.splitlines()[-1])["summary"] if done.stdout else {}
     if done.returncode != 0 or summary != {"arrived": count}:
-        raise SystemExit(f"the audit found something: {done.returncode} {summary} {done.stderr[-2000:]}")
+        raise SystemExit(f"the audit found something: {done.returncode} {summary} {done.stdout[-2000:]} "
+                         f"{done.stderr[-2000:]}")
     return seconds
 
 
@@ -146,6 +147,7 @@ def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
             f"queues.{QUEUE}.disk_store": {"root": str(archive)}}, site="archive")
         mountain_config = write_tables(work / "mountain.toml", work / "mountain-data", {
             "redis": {"url": servers[0].url}, "log": {"dir": str(work / "log"), "level": "warning"},
+            "feed": {"recursive": True},
             f"queues.{QUEUE}": {"actions": ["network_move"]},
             f"queues.{QUEUE}.network_move": {"destination": "rsync://127.0.0.1:1/incoming",
                                              "next_sites": [f"127.0.0.1:{archive_port}"],

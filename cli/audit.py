@@ -14,12 +14,15 @@ from dataq.errors import DataqError
 
 if TYPE_CHECKING:
     from dataq.audit.command import Directories, StoringRoot
+    from dataq.audit.findings import Finding
 
 EXIT_REFUSED = 2
 """The audit could not run, or refused to repair (:data:`dataq.audit.command.EXIT_REFUSED`)."""
 
 
-def _limit(_ctx: click.Context, _param: click.Parameter, value: str) -> RepairLimit:
+def _limit(_ctx: click.Context, _param: click.Parameter, value: str | None) -> RepairLimit | None:
+    if value is None:
+        return None
     try:
         return RepairLimit.parse(value)
     except ValueError as exc:
@@ -38,16 +41,20 @@ def _limit(_ctx: click.Context, _param: click.Parameter, value: str) -> RepairLi
 @click.option("--repair", is_flag=True,
               help="Put right what was found: feed files no site knows, send lost files again down the chain; "
               "with --copies, mark missing or damaged copies lost (a damaged one moved into the quarantine).")
-@click.option("--max-repair", "limit", default=DEFAULT_MAX_REPAIR, show_default=True, callback=_limit,
-              metavar="PERCENT%|FILES", help="Repair nothing, and exit 2, if more files than this would be touched "
-              "(a share of the files audited, at least 10 files; or a number of files).")
+@click.option("--max-repair", "limit", default=None, callback=_limit, metavar="PERCENT%|FILES",
+              help=f"Repair nothing, and exit 2, if more files than this would be touched (a share of the files "
+              f"audited, at least 10 files; or a number of files) [default: {DEFAULT_MAX_REPAIR}].")
 @click.option("--force", is_flag=True,
               help="Repair beyond --max-repair (never a root that looks unmounted, nor a missing directory).")
 @click.option("--json", "as_json", is_flag=True,
               help='One JSON object per finding ({"path", "id", "class", "site", "detail"}), then {"summary": ...}.')
+@click.option("--scheduled", is_flag=True,
+              help="The audit [audit] describes (dataq-audit.timer runs it): its directories (or [feed] "
+              "directories), the copies, deep, repair and max_repair as set there; what it finds is mailed.")
 @click.argument("directories", nargs=-1, type=click.Path(file_okay=True, dir_okay=True))
 def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, deep: bool, repair: bool,
-          limit: RepairLimit, force: bool, as_json: bool, directories: tuple[str, ...]) -> None:
+          limit: RepairLimit | None, force: bool, as_json: bool, scheduled: bool, directories: tuple[str, ...]
+          ) -> None:
     """Audit this site: where each file of DIRECTORIES is along the chain, asked afresh at every site; with
     --copies, the copies this site stores. --repair puts right what was found.
 
@@ -57,7 +64,10 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
     Exit status: 0 nothing found; 1 something found; 2 the audit could not run, or refused to repair (the
     brakes: too many repairs, a root that looks unmounted, a directory that is not there; nothing was changed).
     """
-    if not copies and not directories:
+    if scheduled and (copies or deep or repair or force or directories or limit is not None):
+        raise click.UsageError("--scheduled takes what to audit from [audit]: give no DIRECTORIES, --copies, "
+                               "--deep, --repair, --max-repair or --force with it")
+    if not scheduled and not copies and not directories:
         raise click.UsageError("say what to audit: DIRECTORIES (of sources), or --copies (the copies stored here)")
     if deep and not copies:
         raise click.UsageError("--deep applies to --copies")
@@ -68,25 +78,36 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
     from dataq.runtime.loop import run_daemon
 
     progress = not as_json and sys.stderr.isatty()
-    policy = Repair(repair, limit, force)
+    policy = Repair(repair, limit or RepairLimit.parse(DEFAULT_MAX_REPAIR), force)
     try:
         settings = load_settings(config_path)
+        if scheduled:
+            scheduled_audit = settings.audit
+            directories = scheduled_audit.directories or settings.feed.directories
+            copies, deep = scheduled_audit.copies, scheduled_audit.deep
+            policy = Repair(scheduled_audit.repair, scheduled_audit.limit)
         queues = _queues(settings, queue_names)
         roots = storing_roots(settings, queues) if copies else []
-        if copies and not roots:
+        if scheduled and not roots and not directories:
+            click.echo("nothing to audit: [audit] names no directories, [feed] watches none, and no queue stores "
+                       "copies")
+            raise SystemExit(0)
+        if copies and not roots and not scheduled:
             raise Refused(f"no storing root to audit: queue(s) {', '.join(q.name for q in queues)} run no "
                           "disk_store")
         sources = _sources(settings, queue_names, directories, policy, progress) if directories else None
         url = resolve_redis(settings, start_embedded=False).url
         how = CopiesAudit(settings.site, deep=deep, repair=policy, progress=progress)
-        status = run_daemon(run_audits(settings, url, roots=roots, copies=how if copies else None, sources=sources,
-                                       as_json=as_json))
+        outcome = run_daemon(run_audits(settings, url, roots=roots, copies=how if copies and roots else None,
+                                        sources=sources, as_json=as_json))
+        if scheduled:
+            run_daemon(tell(settings, outcome.counts, outcome.findings, outcome.repaired, outcome.refused))
     except DataqError as exc:
         # Whatever kept the audit from running (settings, Redis, a refusal) is exit status 2, so that a
         # scheduled audit tells "found something" (1) from "could not look" (2).
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(EXIT_REFUSED) from exc
-    raise SystemExit(status)
+    raise SystemExit(outcome.status)
 
 
 def _queues(settings: Settings, names: tuple[str, ...]) -> list[QueueSettings]:
@@ -128,7 +149,7 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
     move = options_of(queue, NetworkMoveAction, settings.source)
     store = options_of(queue, DiskStoreAction, settings.source)
     desk = AuditDesk(settings.site, queue.max_errors, tuple(move.next_sites) if move else (),
-                     store.root if store else None)
+                     store.root if store else None, settings.data_dir)
     tls = client_tls_context(move.handon_tls_ca, move.handon_tls_cert, move.handon_tls_key) \
         if move is not None and move.handon_tls else None
     feed = settings.feed
@@ -137,3 +158,19 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
     how = DirectoryAudit(desk, queue.rules, repair=repair, progress=progress)
     timeout = move.handon_timeout if move is not None else DEFAULT_HANDON_TIMEOUT
     return Directories(queue.name, watched, how, asker(settings.site, tls, timeout))
+
+
+async def tell(settings: Settings, counts: dict[str, int], findings: list[Finding], repaired: list[Finding],
+               refused: list[str]) -> None:
+    """Log what a scheduled audit found and, with ``[mail] enabled``, mail it (nothing when nothing was found)."""
+    from dataq.audit.notice import audit_notice
+    from dataq.logs import get_logger
+    from dataq.ops.crash import send_now
+
+    config = f" --config {settings.source}" if settings.source else ""
+    notice = audit_notice(settings.site, counts, findings, repaired, refused, f"dataq audit{config} --scheduled")
+    if notice is None:
+        return
+    get_logger().warning("the scheduled audit found something", subject=notice.subject, counts=counts)
+    if settings.mail.enabled and not await send_now(settings.mail, None, notice):
+        click.echo("Warning: the audit's notice could not be mailed (see the log)", err=True)

@@ -176,7 +176,14 @@ def units(config_path: str | None, daemon: str | None, output_dirs: tuple[str, .
     dataq.service and dataq.target want them there instead: systemd/dataq-generator runs this at every
     daemon-reload."""
     from dataq.embedded.suite import daemon_name, suite_daemons
-    from dataq.embedded.units import prepare_wants, stale_units, suite_units, write_wants
+    from dataq.embedded.units import (
+        audit_scheduled,
+        prepare_wants,
+        stale_units,
+        suite_units,
+        write_schedule,
+        write_wants,
+    )
 
     if len(output_dirs) not in (0, 1, 3):
         raise click.UsageError(f"give no directory, or a generator's one or three, not {len(output_dirs)}")
@@ -195,6 +202,8 @@ def units(config_path: str | None, daemon: str | None, output_dirs: tuple[str, .
     wanted = suite_units(settings)
     if output_dirs:
         problems = write_wants(wanted, output_dirs[0])
+        if audit_scheduled(settings):
+            write_schedule(settings, output_dirs[0])
         for problem in problems:
             click.echo(f"dataq-generator: {problem}", err=True)
         raise SystemExit(EXIT_FAILURE if problems else 0)

@@ -29,7 +29,7 @@ from dataq.store import QueueStore
 
 pytest_plugins = [
     "tests.push_support", "tests.cli_support", "tests.replica_support", "tests.sentinel_support",
-    "tests.systemd_support", "tests.feed_support", "tests.cluster_support",
+    "tests.systemd_support", "tests.feed_support", "tests.cluster_support", "tests.mail_support",
 ]
 
 

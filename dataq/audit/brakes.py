@@ -8,49 +8,16 @@ all would resend a night's data for nothing.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 
+from dataq.config.audit_settings import DEFAULT_MAX_REPAIR, RepairLimit
 from dataq.errors import DataqError
 
-DEFAULT_MAX_REPAIR = "10%"
-MIN_REPAIR_LIMIT = 10
-"""Files a repair may always touch, however few were audited."""
-_LIMIT = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<percent>%?)")
+__all__ = ["DEFAULT_MAX_REPAIR", "Refused", "Repair", "RepairLimit", "check_repair", "check_root"]
 
 
 class Refused(DataqError):
     """The audit refuses to run or to repair (exit status 2): the message says why and what to check."""
-
-
-@dataclass(frozen=True, slots=True)
-class RepairLimit:
-    """``--max-repair``: a share of the audited files (``10%``) or a number of files (``25``)."""
-
-    value: float
-    percent: bool
-
-    @classmethod
-    def parse(cls, text: str) -> RepairLimit:
-        match = _LIMIT.fullmatch(text.strip())
-        if match is None:
-            raise ValueError(f"{text!r} is neither a percentage (10%) nor a number of files (25)")
-        value, percent = float(match["number"]), bool(match["percent"])
-        if percent and value > 100:
-            raise ValueError(f"{text!r} is more than 100%")
-        if not percent and value != int(value):
-            raise ValueError(f"{text!r}: a number of files is a whole number")
-        return cls(value, percent)
-
-    def files(self, audited: int) -> int:
-        """Files a repair of ``audited`` may touch (a share of at least :data:`MIN_REPAIR_LIMIT` files)."""
-        if not self.percent:
-            return int(self.value)
-        return max(MIN_REPAIR_LIMIT, math.floor(audited * self.value / 100))
-
-    def __str__(self) -> str:
-        return f"{self.value:g}%" if self.percent else f"{int(self.value)} files"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from dataq.audit.questions import AUDIT_KEY, Answer, parse_answer
+from dataq.audit.questions import AUDIT_KEY, Answer, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines
 from dataq.errors import DataqError
@@ -50,7 +50,7 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
             raise DataqError(f"{address}: {exc}") from None
         lines = await ask_lines(host, port, ids, site=site, tls=tls, within=timeout + SECONDS_PER_ID * len(ids),
                                 peer=book[address], capability=Capability.AUDIT, key=AUDIT_KEY)
-        return [parse_answer(line, record_id) for record_id, line in zip(ids, lines, strict=True)]
+        return parse_answers(lines, ids)
 
     return ask
 

@@ -51,6 +51,13 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
+    @property
+    def status(self) -> int:
+        """The exit status: refused (2), something found (1), or nothing (0)."""
+        if self.refused:
+            return EXIT_REFUSED
+        return EXIT_FOUND if self.findings else EXIT_CLEAN
+
     def add(self, report: Report, repaired: list[Finding]) -> None:
         self.findings += report.findings
         for name, count in report.counts.items():
@@ -60,9 +67,9 @@ class Outcome:
 
 async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], copies: CopiesAudit | None,
                      sources: Directories | None, as_json: bool, out: TextIO | None = None,
-                     err: TextIO | None = None) -> int:
+                     err: TextIO | None = None) -> Outcome:
     """Audit the storing ``roots`` (with ``copies``) and the ``sources``; print the findings of all, then what
-    could not be asked and the refusals; the exit status."""
+    could not be asked and the refusals; what was found (its :attr:`~Outcome.status` is the exit status)."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     outcome = Outcome()
@@ -98,9 +105,7 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
         out.writelines(f"repaired: {item.path}  {item.record_id}  {item.detail}\n" for item in outcome.repaired)
     err.writelines(f"Warning: {message}\n" for message in outcome.warnings)
     err.writelines(f"Error: {message}\n" for message in outcome.refused)
-    if outcome.refused:
-        return EXIT_REFUSED
-    return EXIT_FOUND if report.findings else EXIT_CLEAN
+    return outcome
 
 
 def _title(site: str, roots: list[StoringRoot], sources: Directories | None) -> str:

@@ -1,15 +1,18 @@
 """An index of a storing root's manifests by checksum, so that a site can say at once whether it holds a copy of a
 record (the audit questions of :mod:`dataq.audit.questions`) without reading every manifest for every question.
 
-The manifests are the truth; the index is derived from them and kept beside them
-(``ROOT/.dataq/index.sqlite``): it remembers how far it has read each manifest (they are only ever appended to)
-and reads on from there before each lookup, so it costs a read of the new lines only. Deleted, it is rebuilt from
-the manifests. SQLite serialises the writers (a push daemon and an audit may refresh it at once).
+The manifests are the truth; the index is derived from them and kept in the site's data directory
+(``<data_dir>/audit/copies-<hash of the root>.sqlite``), where the push daemon may write (its unit may only read the
+root): it remembers how far it has read each manifest (they are only ever appended to) and reads on from there
+before each lookup, so it costs a read of the new lines only. Deleted, it is rebuilt from the manifests; a root
+whose manifests are shorter than the index has read (replaced, or restored from a backup) is read again from the
+start. SQLite serialises the writers (a push daemon and an audit may refresh it at once).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import stat
@@ -18,7 +21,8 @@ from dataclasses import dataclass
 
 from dataq.audit import manifest
 
-INDEX_NAME = f"{manifest.OWN_DIR}/index.sqlite"
+INDEX_DIR = "audit"
+"""The folder of the indexes under the site's data directory."""
 LOOKUP_CHUNK = 500
 """Checksums per SELECT (SQLite's default limit of host parameters is 999)."""
 BUSY_TIMEOUT = 30.0
@@ -42,11 +46,11 @@ class Named:
 class CopyIndex:
     """The index of one root's manifests; use as a context manager, or :meth:`close`."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, data_dir: str) -> None:
         self.root = root
-        os.makedirs(os.path.join(root, manifest.MANIFEST_DIR), exist_ok=True)
-        self._db = sqlite3.connect(os.path.join(root, INDEX_NAME), timeout=BUSY_TIMEOUT, isolation_level=None,
-                                   check_same_thread=False)
+        path = index_file(data_dir, root)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
         self._db.executescript(_SCHEMA)
 
     def __enter__(self) -> CopyIndex:
@@ -68,7 +72,11 @@ class CopyIndex:
                 size = os.path.getsize(os.path.join(self.root, name))
             except FileNotFoundError:
                 continue
-            if size <= start:
+            if size < start:  # the manifest is not the one read before (a root replaced): read it all again
+                with self._transaction():
+                    self._db.execute("DELETE FROM copies WHERE manifest = ?", (name,))
+                start = 0
+            if size == start:
                 continue
             entries, end = manifest.read_from(self.root, name, start)
             with self._transaction():
@@ -99,6 +107,12 @@ class CopyIndex:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+
+def index_file(data_dir: str, root: str) -> str:
+    """Where the index of ``root``'s manifests is kept under ``data_dir``."""
+    digest = hashlib.sha256(os.path.normpath(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(data_dir, INDEX_DIR, f"copies-{digest}.sqlite")
 
 
 def copy_state(root: str, named: list[Named]) -> tuple[str, str]:

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field, replace
 
 from dataq.audit.brakes import Refused, Repair
-from dataq.audit.chain import Ask, Silent, walk
+from dataq.audit.chain import Ask, Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
 from dataq.audit.questions import Answer, AuditDesk
-from dataq.audit.sources import Hashed, files_of, hash_files
+from dataq.audit.sources import Hashed, files_of, hash_in_groups
 from dataq.errors import InvalidRecord
 from dataq.feed.watch import WatchOptions
 from dataq.record import Record, RecordRules, make_record
@@ -24,6 +24,10 @@ from dataq.store import QueueStore
 
 WHEREABOUTS_CHUNK = 1000
 """Ids read from this site's Redis per round trip."""
+GROUP_FILES = 5000
+"""Files hashed before their records are asked about, while the next files hash."""
+GROUPS_ASKED_AT_ONCE = 2
+"""Groups whose questions are out at once: the sites answer one while the next is sent."""
 PUSH_CHUNK = 1000
 """Records a repair pushes per write."""
 REPAIR_SOURCE = "audit"
@@ -62,13 +66,34 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
     check_directories(directories)
     paths = {options.root: await asyncio.to_thread(files_of, options) for options in directories}
     every = [path for listed in paths.values() for path in listed]
-    progress = Progress("files hashed", len(every), enabled=how.progress)
-    hashed = await asyncio.to_thread(hash_files, every, how.rules.algorithm, tick=progress.tick)
+    progress = Progress("files audited", len(every), enabled=how.progress)
+    findings: list[Finding] = []
+    readable: list[Hashed] = []
+    journeys: dict[str, list[Hop]] = {}
+    asked: set[str] = set()
+    asking: list[asyncio.Task[None]] = []
+    at_once = asyncio.Semaphore(GROUPS_ASKED_AT_ONCE)
+
+    async def ask_about(ids: list[str]) -> None:
+        async with at_once:
+            journeys.update(await walk(await _this_site(store, how.desk, ids), ask))
+
+    try:
+        # Each group of files is asked about while the next are hashed: the chain's answers take the time the
+        # hashing leaves free, instead of following it.
+        async for group in hash_in_groups(every, how.rules.algorithm, group=GROUP_FILES, tick=progress.tick):
+            unreadable, good = _unreadable(group, how)
+            findings += unreadable
+            readable += good
+            new = sorted({item.checksum for item in good} - asked)
+            asked.update(new)
+            if new:
+                asking.append(asyncio.create_task(ask_about(new)))
+        await asyncio.gather(*asking)
+    finally:
+        for task in asking:
+            task.cancel()
     progress.finish()
-    findings, readable = _unreadable(hashed, how)
-    ids = sorted({item.checksum for item in readable})
-    first = await _this_site(store, how.desk, ids)
-    journeys = await walk(first, ask)
     findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in readable]
     report = Report.of(findings)
     repaired = await _repair(store, readable, report, how) if how.repair.enabled else []

@@ -36,6 +36,7 @@ from dataq.store import CustodyEntry, Known, Lost, Tracked
 from dataq.store.remembered import Done
 
 AUDIT_KEY: Final = "audit"
+ERROR_BYTES: Final = ERROR_PREFIX.encode()
 MARK: Final = b'{"audit"'
 """How every audit question starts (the client writes it so): the push daemon tells it from a record by this."""
 
@@ -103,16 +104,40 @@ def parse_answer(line: bytes | str, record_id: str) -> Answer:
     if text.startswith(ERROR_PREFIX):
         return Answer(record_id, SiteState.UNKNOWN, "", refused=text[len(ERROR_PREFIX):])
     try:
-        value = json.loads(text)
-        answer = Answer(str(value["id"]), SiteState(value[AUDIT_KEY]), str(value.get("site", "")),
-                        tuple(str(site) for site in value.get("next", ())),
-                        float(value["at"]) if value.get("at") is not None else None, value.get("error"),
-                        CopyState(value["copy"]) if value.get("copy") is not None else None, value.get("path"))
+        answer = _answer_of(json.loads(text))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"unexpected audit answer {text[:200]!r}: {exc}") from None
     if answer.record_id != record_id:
         raise ProtocolError(f"the answer about {answer.record_id} came in the place of {record_id}")
     return answer
+
+
+def parse_answers(lines: list[bytes], ids: list[str]) -> list[Answer]:
+    """:func:`parse_answer` of each line, about each of ``ids`` in order: when none is a refusal, the lines are
+    parsed as one JSON array (one call into the parser instead of one per line: a third of the time for 100,000)."""
+    if any(line.startswith(ERROR_BYTES) for line in lines):
+        return [parse_answer(line, record_id) for line, record_id in zip(lines, ids, strict=True)]
+    try:
+        values = json.loads(b"[" + b",".join(line.rstrip(b"\r\n") for line in lines) + b"]")
+    except ValueError:
+        return [parse_answer(line, record_id) for line, record_id in zip(lines, ids, strict=True)]
+    answers = []
+    for value, record_id in zip(values, ids, strict=True):
+        try:
+            answer = _answer_of(value)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"unexpected audit answer {json.dumps(value)[:200]!r}: {exc}") from None
+        if answer.record_id != record_id:
+            raise ProtocolError(f"the answer about {answer.record_id} came in the place of {record_id}")
+        answers.append(answer)
+    return answers
+
+
+def _answer_of(value: dict[str, Any]) -> Answer:
+    at, copy = value.get("at"), value.get("copy")
+    return Answer(str(value["id"]), SiteState(value[AUDIT_KEY]), str(value.get("site", "")),
+                  tuple(str(site) for site in value.get("next", ())), float(at) if at is not None else None,
+                  value.get("error"), CopyState(copy) if copy is not None else None, value.get("path"))
 
 
 Copies = dict[str, tuple[CopyState, str]]
@@ -122,18 +147,20 @@ Copies = dict[str, tuple[CopyState, str]]
 @dataclass(frozen=True, slots=True)
 class AuditDesk:
     """Answers audit questions as site ``site``, whose queue deactivates records after ``max_errors`` failures,
-    hands them on to ``next_sites`` and stores copies under ``root`` (None: it stores none)."""
+    hands them on to ``next_sites`` and stores copies under ``root`` (None: it stores none), indexed in
+    ``data_dir``."""
 
     site: str
     max_errors: int
     next_sites: tuple[str, ...] = ()
     root: str | None = None
+    data_dir: str = ""
 
     def copies(self, ids: list[str]) -> Copies:
         """The stored copies of ``ids`` (blocking: reads the manifests' new lines and looks at the files)."""
         if self.root is None or not ids:
             return {}
-        with CopyIndex(self.root) as index:
+        with CopyIndex(self.root, self.data_dir) as index:
             index.refresh()
             named = index.lookup(ids)
         found: Copies = {}

@@ -7,8 +7,9 @@ exactly the files that should have been fed.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -34,21 +35,37 @@ def files_of(options: WatchOptions) -> list[str]:
     return sorted(list_tree(options))
 
 
-def hash_files(paths: Sequence[str], algorithm: str, *, tick: Callable[[int], None] | None = None,
-               workers: int | None = None) -> list[Hashed]:
-    """Each file hashed, in order, on ``workers`` threads (default: one per CPU; hashing releases the GIL)."""
-    def chunk(start: int) -> list[Hashed]:
-        done = []
-        for path in paths[start:start + CHUNK]:
-            try:
-                checksum, size = hash_file(path, algorithm)
-            except OSError as exc:
-                done.append(Hashed(path, error=exc.strerror or str(exc)))
-                continue
-            done.append(Hashed(path, checksum, size))
-            if tick is not None:
-                tick(size)
-        return done
+def _hash_chunk(paths: Sequence[str], algorithm: str, tick: Callable[[int], None] | None) -> list[Hashed]:
+    done = []
+    for path in paths:
+        try:
+            checksum, size = hash_file(path, algorithm)
+        except OSError as exc:
+            done.append(Hashed(path, error=exc.strerror or str(exc)))
+            continue
+        done.append(Hashed(path, checksum, size))
+        if tick is not None:
+            tick(size)
+    return done
 
-    with ThreadPoolExecutor(workers or os.cpu_count() or 1, thread_name_prefix="dataq-audit-hash") as pool:
-        return [item for part in pool.map(chunk, range(0, len(paths), CHUNK)) for item in part]
+
+async def hash_in_groups(paths: Sequence[str], algorithm: str, *, group: int,
+                         tick: Callable[[int], None] | None = None,
+                         workers: int | None = None) -> AsyncIterator[list[Hashed]]:
+    """Each file hashed, in order, on ``workers`` threads (default: one per CPU; hashing releases the GIL),
+    yielded ``group`` files at a time as soon as they are: the caller asks about a group while the next hash."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(workers or os.cpu_count() or 1, thread_name_prefix="dataq-audit-hash")
+    try:
+        futures = [loop.run_in_executor(pool, _hash_chunk, paths[start:start + CHUNK], algorithm, tick)
+                   for start in range(0, len(paths), CHUNK)]
+        ready: list[Hashed] = []
+        for future in futures:
+            ready += await future
+            if len(ready) >= group:
+                yield ready
+                ready = []
+        if ready:
+            yield ready
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from dataq.addresses import MAX_PORT
+from dataq.config.audit_settings import AuditSettings
 from dataq.config.feed_settings import FeedSettings
 from dataq.config.loader import (
     FILLED,
@@ -242,6 +243,7 @@ class Settings(Section):
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     web: WebSettings = field(default_factory=WebSettings)
     feed: FeedSettings = field(default_factory=FeedSettings)
+    audit: AuditSettings = field(default_factory=AuditSettings)
     queues: Mapping[str, QueueSettings] = field(
         default_factory=lambda: MappingProxyType({DEFAULT_QUEUE: QueueSettings(DEFAULT_QUEUE)}), hash=False
     )

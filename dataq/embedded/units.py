@@ -39,12 +39,39 @@ GENERATED_DIR = "/run/systemd/generator"
 """The generators' normal output directory, where the units wanted at the last reload are."""
 
 
+AUDIT_TIMER = "dataq-audit.timer"
+"""Starts the scheduled audit (``dataq audit --scheduled``) when ``[audit] when`` says."""
+SCHEDULE_DROP_IN = "50-when.conf"
+"""The drop-in of :data:`AUDIT_TIMER` the generator writes ``[audit] when`` into."""
+
+
 def suite_units(settings: Settings) -> list[str]:
     """The units the suite's units (:data:`SUITE_UNITS`) want for ``settings``, besides ``dataq-redis.service``:
-    a feeder's instance is its directory as ``systemd-escape --path`` writes it (``%f`` gives the path back)."""
-    return [f"dataq-{command}.service" if queue is None
-            else f"dataq-{command}@{path_instance(queue) if command == 'feed' else escape_instance(queue)}.service"
-            for command, queue in suite_daemons(settings)]
+    a feeder's instance is its directory as ``systemd-escape --path`` writes it (``%f`` gives the path back); the
+    audit's timer when an audit is scheduled."""
+    units = [f"dataq-{command}.service" if queue is None
+             else f"dataq-{command}@{path_instance(queue) if command == 'feed' else escape_instance(queue)}.service"
+             for command, queue in suite_daemons(settings)]
+    return [*units, AUDIT_TIMER] if audit_scheduled(settings) else units
+
+
+def audit_scheduled(settings: Settings) -> bool:
+    """Whether ``[audit]`` schedules an audit that has something to look at: directories of sources (its own, or
+    the feeders'), or copies a queue stores."""
+    audit = settings.audit
+    stores = any(entry.partition(":")[0] == "disk_store" for queue in settings.queues.values()
+                 for entry in queue.actions)
+    return audit.enabled and bool(audit.directories or settings.feed.directories or (audit.copies and stores))
+
+
+def write_schedule(settings: Settings, output_dir: str | os.PathLike[str]) -> None:
+    """``[audit] when`` as a drop-in of the audit's timer in a generator's ``output_dir`` (its ``OnCalendar=``
+    emptied first, so the settings' replaces the unit's default instead of adding to it)."""
+    folder = Path(output_dir) / f"{AUDIT_TIMER}.d"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["# Written by dataq-generator from [audit] when.", "[Timer]", "OnCalendar=",
+             f"OnCalendar={settings.audit.when}"]
+    (folder / SCHEDULE_DROP_IN).write_text("\n".join(lines) + "\n")
 
 
 def template_of(unit: str) -> str:

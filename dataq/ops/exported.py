@@ -7,11 +7,13 @@ family (``..._bucket``, ``_sum`` and ``_count`` are its series), counters with t
 
 from __future__ import annotations
 
+from dataq.audit.metrics import AUDIT_METRICS
 from dataq.custody.metrics import CUSTODY_OLDEST, CUSTODY_RECORDS, RECEIPT_LATENCY, RESENT
 from dataq.feed.metrics import FEED_METRICS
 from dataq.ops.metrics import DAEMON_METRICS
 from dataq.ops.process_metrics import PROCESS_METRICS
 
 EXPORTED_METRICS: frozenset[str] = frozenset({
-    *DAEMON_METRICS, CUSTODY_RECORDS, CUSTODY_OLDEST, RESENT, RECEIPT_LATENCY, *FEED_METRICS, *PROCESS_METRICS,
+    *DAEMON_METRICS, CUSTODY_RECORDS, CUSTODY_OLDEST, RESENT, RECEIPT_LATENCY, *AUDIT_METRICS, *FEED_METRICS,
+    *PROCESS_METRICS,
 })

@@ -17,11 +17,13 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from dataq.audit.metrics import audit_families
 from dataq.custody.metrics import custody_families, is_receipt_counter
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
@@ -128,6 +130,7 @@ class DaemonMetrics:
         self._bytes: dict[tuple[str, str], int] = {}
         self._oldest: dict[str, float] = {}
         self._replication: tuple[int, int] | None = None
+        self._audits: dict[str, dict[str, Any]] = {}
         self.registry = add_process_collectors(CollectorRegistry(auto_describe=False))
         self.registry.register(FamiliesCollector(self.families))
 
@@ -166,6 +169,8 @@ class DaemonMetrics:
             summary = await store.summary()
             recent = await rates(store)
             oldest = await store.oldest_pushed()
+            if self.role == "pop":  # one daemon exports the audits, as it does what actions did
+                self._audits = await store.audits()
         except StoreUnavailable as exc:
             self._redis_up = False
             log.debug("queue gauges not refreshed: redis unavailable", error=str(exc))
@@ -211,6 +216,7 @@ class DaemonMetrics:
             for (action, destination), size in list(self._bytes.items()):
                 moved.add_metric([q, action, destination], size)
             yield moved
+            yield from audit_families(q, self._audits)
         yield one_sample(GaugeMetricFamily(REDIS_UP, "1 if the last read of the queue state from Redis succeeded.",
                                      labels=["queue"]), [q], 1 if self._redis_up else 0)
         summary = self._summary

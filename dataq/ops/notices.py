@@ -37,8 +37,10 @@ KIND_REACHABLE = "reachable"
 """A destination reachable again after an unreachable notice: its records flow again."""
 KIND_RECEIPT_OVERDUE = "receipt-overdue"
 """Records handed on to the next site have waited for their receipt longer than ``receipt_alarm``."""
+KIND_AUDIT = "audit"
+"""A scheduled audit found files that did not arrive or copies that are not intact, or could not run."""
 KINDS = (KIND_INACTIVE, KIND_SYSTEMIC, KIND_READ_OFF, KIND_READ_ON, KIND_REDIS_DOWN, KIND_REDIS_BACK, KIND_CRASHED,
-         KIND_UNREACHABLE, KIND_REACHABLE, KIND_RECEIPT_OVERDUE)
+         KIND_UNREACHABLE, KIND_REACHABLE, KIND_RECEIPT_OVERDUE, KIND_AUDIT)
 
 CLI = "dataq-cli"
 SUBJECT_MAX = 200

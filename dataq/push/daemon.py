@@ -91,7 +91,7 @@ class PushDaemon:
         # Audit questions are answered with this site's own next sites, custody or not, and its stored copies.
         stored_under = queue.action_options.get("disk_store", {}).get("root")
         audit_desk = AuditDesk(settings.site, queue.max_errors, tuple(str(site) for site in move.get("next_sites", ())),
-                               str(stored_under) if stored_under else None)
+                               str(stored_under) if stored_under else None, settings.data_dir)
         self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,
                                    depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH,
                                    desk=desk, audit_desk=audit_desk)

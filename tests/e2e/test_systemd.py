@@ -161,6 +161,11 @@ def test_a_watched_directory_in_the_settings_gets_a_feeder_that_feeds_its_files_
         status = container.run(DATAQ, "feed", "--watch", "/srv/incoming", "--status").stdout
         assert "spool /var/lib/dataq/feed/srv-incoming" in status and "pending: 0" in status
         assert "answered: 1" in status
+        # A watched directory is audited every morning: the generator scheduled the audit's timer.
+        assert "dataq-audit.timer" in container.active_units()
+        assert "05:30" in container.show("dataq-audit.timer", "TimersCalendar")["TimersCalendar"]
+        container.systemctl("start", "dataq-audit")  # runs it now: the file fed has arrived (exit 0)
+        assert container.show("dataq-audit.service", "Result")["Result"] == "success"
     finally:
         container.settings_file.write_text(original)
         container.systemctl("daemon-reload")

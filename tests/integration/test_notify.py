@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import email
-import email.policy
 import logging
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
-from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from click.testing import CliRunner
 from structlog.testing import capture_logs
@@ -43,61 +39,16 @@ from dataq.ops.notices import (
     systemic_notice,
 )
 from dataq.ops.watches import FailureWatch
+from tests.mail_support import WAIT, SmtpSink
 from tests.push_support import Certs, make_certs
 
 RECIPIENTS = ("ops@example.org", "oncall@example.org")
-WAIT = 10.0
-"""Seconds a test waits for mail before failing (generous: only a broken notifier takes this long)."""
 
 
 def one_inactive(record_id: str, path: str = "/a", error: str = "e", *, max_errors: int = 0) -> Notice:
     """What a pop daemon's settlement posts for one record moved to the inactive queue."""
     return inactive_records_notice("transfer", "host:1:pop:abc", max_errors,
                                    [{"id": record_id, "path": path, "size": 1, "last_error": error}])
-
-
-class SmtpSink:
-    """An aiosmtpd server on loopback that keeps every message it receives."""
-
-    def __init__(self, port: int, **controller: Any) -> None:
-        self.messages: list[EmailMessage] = []
-        self.envelopes: list[tuple[str, list[str]]] = []
-        self._changed = threading.Condition()
-        self.controller = Controller(self, hostname="127.0.0.1", port=port, **controller)
-
-    async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
-        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        assert isinstance(message, EmailMessage)
-        with self._changed:
-            self.messages.append(message)
-            self.envelopes.append((envelope.mail_from, list(envelope.rcpt_tos)))
-            self._changed.notify_all()
-        return "250 OK"
-
-    def start(self) -> SmtpSink:
-        self.controller.start()
-        return self
-
-    def stop(self) -> None:
-        self.controller.stop()
-
-    async def eventually(self, condition: Callable[[list[EmailMessage]], bool], timeout: float = WAIT) -> None:
-        def wait() -> bool:
-            with self._changed:
-                return self._changed.wait_for(lambda: condition(self.messages), timeout)
-
-        assert await asyncio.to_thread(wait), f"mail not received in time; got {len(self.messages)}"
-
-    async def wait_for(self, count: int, timeout: float = WAIT) -> list[EmailMessage]:
-        await self.eventually(lambda messages: len(messages) >= count, timeout)
-        return list(self.messages)
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    sink = SmtpSink(free_port()).start()
-    yield sink
-    sink.stop()
 
 
 def mail_settings(port: int, **overrides: Any) -> MailSettings:

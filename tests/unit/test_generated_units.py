@@ -12,7 +12,15 @@ from click.testing import CliRunner
 
 from dataq.cli.main import main
 from dataq.config import load_settings
-from dataq.embedded.units import SUITE_UNITS, stale_units, suite_units, template_of, write_wants
+from dataq.embedded.units import (
+    AUDIT_TIMER,
+    SUITE_UNITS,
+    stale_units,
+    suite_units,
+    template_of,
+    write_schedule,
+    write_wants,
+)
 from dataq.runtime.systemd import escape_instance, unescape_instance
 
 SETTINGS = """\
@@ -127,3 +135,26 @@ def test_a_generator_run_on_settings_that_do_not_load_leaves_every_daemon_stale(
     wanted = suite_units(load_settings(settings_file(tmp_path), environ={}))
     assert stale_units(wanted, tmp_path / "gen") == sorted(wanted)
 
+
+
+def test_the_audit_timer_is_wanted_when_there_is_something_to_audit(tmp_path: Path) -> None:
+    watching = SETTINGS + '[feed]\ndirectories = ["/data/night"]\n'
+    storing = SETTINGS + '[queues.archive]\nactions = ["disk_store"]\npush_port = 9990\n' \
+                         '[queues.archive.disk_store]\nroot = "/archive"\n'
+    for text in (watching, storing, SETTINGS + '[audit]\ndirectories = ["/data/night"]\n'):
+        assert suite_units(load_settings(settings_file(tmp_path, text), environ={}))[-1] == AUDIT_TIMER
+    nothing = load_settings(settings_file(tmp_path, SETTINGS), environ={})
+    assert AUDIT_TIMER not in suite_units(nothing), "no directory and no copies: nothing to audit"
+    disabled = load_settings(settings_file(tmp_path, watching + "[audit]\nenabled = false\n"), environ={})
+    assert AUDIT_TIMER not in suite_units(disabled)
+    copies_off = load_settings(settings_file(tmp_path, storing + "[audit]\ncopies = false\n"), environ={})
+    assert AUDIT_TIMER not in suite_units(copies_off)
+
+
+def test_the_generator_writes_audit_when_into_the_timers_drop_in(tmp_path: Path) -> None:
+    settings = load_settings(settings_file(tmp_path, SETTINGS + '[audit]\nwhen = "Mon *-*-* 04:00"\n'), environ={})
+    write_schedule(settings, tmp_path / "out")
+    drop_in = (tmp_path / "out" / f"{AUDIT_TIMER}.d" / "50-when.conf").read_text()
+    assert drop_in.splitlines()[1:] == ["[Timer]", "OnCalendar=", "OnCalendar=Mon *-*-* 04:00"]
+    verified = subprocess.run(["systemd-analyze", "calendar", "Mon *-*-* 04:00"], capture_output=True, check=False)
+    assert verified.returncode == 0, "the value the drop-in holds is one systemd reads"
