@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -93,8 +94,8 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
                        "copies")
             raise SystemExit(0)
         if copies and not roots and not scheduled:
-            raise Refused(f"no storing root to audit: queue(s) {', '.join(q.name for q in queues)} run no "
-                          "disk_store")
+            raise Refused(f"no storing root to audit: queue(s) {', '.join(q.name for q in queues)} run neither "
+                          "disk_store nor archive_ingest")
         sources = _sources(settings, queue_names, directories, policy, progress) if directories else None
         url = resolve_redis(settings, start_embedded=False).url
         how = CopiesAudit(settings.site, deep=deep, repair=policy, progress=progress)
@@ -115,16 +116,23 @@ def _queues(settings: Settings, names: tuple[str, ...]) -> list[QueueSettings]:
 
 
 def storing_roots(settings: Settings, queues: list[QueueSettings]) -> list[StoringRoot]:
-    """The storing roots of ``queues`` (their ``disk_store`` roots)."""
+    """The storing roots of ``queues``: their ``disk_store`` roots and ``archive_ingest`` archive roots (the
+    catalog kept inside one is no copy)."""
+    from dataq.actions.archive.ingest import ArchiveIngestAction
     from dataq.actions.disk_store import DiskStoreAction
     from dataq.actions.registry import options_of
     from dataq.audit.command import StoringRoot
 
     roots = []
     for queue in queues:
-        options = options_of(queue, DiskStoreAction, settings.source)
-        if options is not None:
-            roots.append(StoringRoot(queue.name, queue.max_errors, options.root))
+        stored = options_of(queue, DiskStoreAction, settings.source)
+        if stored is not None:
+            roots.append(StoringRoot(queue.name, queue.max_errors, stored.root))
+        archived = options_of(queue, ArchiveIngestAction, settings.source)
+        if archived is not None:
+            catalog = os.path.relpath(archived.catalog_path, archived.archive_root)
+            skip = () if catalog.startswith("..") else (catalog.split(os.sep)[0],)
+            roots.append(StoringRoot(queue.name, queue.max_errors, archived.archive_root, skip))
     return roots
 
 
@@ -132,7 +140,6 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
              progress: bool) -> Directories:
     """The directories to audit, chosen from as their feeders choose ([feed]), with how this site asks its chain
     (as ``network_move`` hands on: its next sites, its TLS, its timeout)."""
-    from dataq.actions.disk_store import DiskStoreAction
     from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
     from dataq.actions.network_move import NetworkMoveAction
     from dataq.actions.registry import options_of
@@ -147,9 +154,9 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
         raise click.UsageError("the files of DIRECTORIES are one queue's: give --queue once")
     queue = settings.queue(queue_names[0] if queue_names else settings.feed.queue)
     move = options_of(queue, NetworkMoveAction, settings.source)
-    store = options_of(queue, DiskStoreAction, settings.source)
+    roots = storing_roots(settings, [queue])
     desk = AuditDesk(settings.site, queue.max_errors, tuple(move.next_sites) if move else (),
-                     store.root if store else None, settings.data_dir)
+                     roots[0].root if roots else None, settings.data_dir)
     tls = client_tls_context(move.handon_tls_ca, move.handon_tls_cert, move.handon_tls_key) \
         if move is not None and move.handon_tls else None
     feed = settings.feed

@@ -11,7 +11,9 @@ Batches fill because the pop daemon runs at least twice ``batch_size`` records a
 concurrency`` says (:meth:`ArchiveIngestAction.records_at_once`): one batch is copied while the previous one is
 appended.
 
-Idempotent: a checksum already in the catalog succeeds without a copy or a row. One catalog writer at a time:
+Idempotent: a checksum already in the catalog succeeds without a copy or a row. Every copy is named in the
+archive root's manifest of the day (``<archive_root>/.dataq/manifests``, as ``disk_store``'s) before its record
+is done, so ``dataq audit --copies`` checks archives too. One catalog writer at a time:
 the append holds the queue's catalog lease (:meth:`dataq.store.QueueStore.lease`, renewed while it runs), so pop
 daemons of one queue never tear down each other's appends; a queue's daemons must not share a catalog with
 another queue's (the lease is per queue). A lease found lost after an append fails the batch's records, which
@@ -41,6 +43,7 @@ from dataq.actions.archive.upkeep import CatalogUpkeep
 from dataq.actions.base import Action, ActionContext
 from dataq.actions.batcher import BATCHES_IN_FLIGHT, MicroBatcher
 from dataq.actions.files import finish_in_thread
+from dataq.audit import manifest
 from dataq.checksum import check_algorithm
 from dataq.errors import ActionError, ConfigError, Retryable, StoreError
 from dataq.logs import get_logger
@@ -346,8 +349,25 @@ class ArchiveIngestAction(Action[ArchiveIngestOptions]):
                  copy_s=round(copied - checked, 3), append_s=round(time.monotonic() - copied, 3))
         for checksum, message in errors.items():
             log.warning("archive ingest failed", id=checksum, error=message)
-        failures = {checksum: ActionError(message) for checksum, message in errors.items()}
+        failures: dict[str, ActionError] = {checksum: ActionError(message) for checksum, message in errors.items()}
+        named = await self._name_copies([record for record in unique if record.checksum not in failures])
+        if named is not None:
+            failures.update({record.checksum: named for record in unique if record.checksum not in failures})
         return [failures.get(record.checksum) for record in records]
+
+    async def _name_copies(self, archived: list[Record]) -> ActionError | None:
+        """Name the batch's copies in the archive root's manifest (:mod:`dataq.audit.manifest`), durably, before
+        their records are done (those archived before too: their lines may be what a crash lost); what failed."""
+        from dataq.actions.archive.job import archive_relative
+
+        entries = [manifest.Entry(record.checksum, archive_relative(record.checksum), record.size)
+                   for record in archived]
+        try:
+            await asyncio.to_thread(manifest.append, self.options.archive_root, self.algorithm, entries, sync=True)
+        except OSError as exc:
+            return Retryable(f"cannot name the copies in the manifest under {self.options.archive_root}: "
+                             f"{exc.strerror or exc}", destination=self.options.archive_root)
+        return None
 
     async def _commit(self, job: IngestJob, archived: list[tuple[str, str, Metadata]], seen: frozenset[str]
                       ) -> tuple[set[str], str]:

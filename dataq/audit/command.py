@@ -29,6 +29,8 @@ class StoringRoot:
     max_errors: int
     """The queue's ``max_errors``: how its records' states are read."""
     root: str
+    skip: tuple[str, ...] = ()
+    """Top folders of the root that hold no copies (an archive's catalog)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
         assert copies is not None
         store = QueueStore.open(settings, url, item.queue)
         try:
-            root_result = await audit_root(store, item.root, item.max_errors, copies)
+            root_result = await audit_root(store, item.root, item.max_errors, copies, item.skip)
             outcome.add(root_result.report, root_result.repaired)
         except Refused as exc:
             outcome.refused.append(str(exc))

@@ -32,11 +32,11 @@ class RootState:
     holds_files: bool
 
 
-def state_of(root: str) -> RootState:
+def state_of(root: str, skip: tuple[str, ...] = ()) -> RootState:
     """The manifests' copies and whether the root holds any file of its own (a root that holds none while its
-    manifests name copies looks unmounted)."""
+    manifests name copies looks unmounted); ``skip``: top folders of the root that hold no copies (a catalog)."""
     entries = manifest.entries(root)
-    holds = any(name != manifest.OWN_DIR for name in os.listdir(root))
+    holds = any(name != manifest.OWN_DIR and name not in skip for name in os.listdir(root))
     return RootState(entries, holds)
 
 
@@ -84,11 +84,13 @@ def check_copies(root: str, entries: dict[str, manifest.Entry], site: str, *, de
         return list(pool.map(one, entries.values()))
 
 
-def dark_files(root: str, entries: dict[str, manifest.Entry], site: str) -> Iterator[Finding]:
-    """Files under ``root`` that no manifest names (dataq's own folder and copies being written aside)."""
+def dark_files(root: str, entries: dict[str, manifest.Entry], site: str,
+               skip: tuple[str, ...] = ()) -> Iterator[Finding]:
+    """Files under ``root`` that no manifest names (dataq's own folder, the top folders of ``skip`` and copies
+    being written aside)."""
     for directory, folders, names in os.walk(root):
-        if directory == root and manifest.OWN_DIR in folders:
-            folders.remove(manifest.OWN_DIR)
+        if directory == root:
+            folders[:] = [name for name in folders if name != manifest.OWN_DIR and name not in skip]
         relative_dir = os.path.relpath(directory, root)
         for name in names:
             if name.startswith(".") and name.endswith(TEMP_SUFFIX):

@@ -43,18 +43,19 @@ def target_of(root: str) -> str:
     return f"copies:{root}"
 
 
-async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesAudit) -> RootResult:
-    """Audit ``root`` (the storing root of ``store``'s queue); Refused when it looks unmounted or replaced, or a
-    repair would touch more than ``how.limit`` allows."""
+async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesAudit,
+                     skip: tuple[str, ...] = ()) -> RootResult:
+    """Audit ``root`` (the storing root of ``store``'s queue; ``skip``: its top folders that hold no copies);
+    Refused when it looks unmounted or replaced, or a repair would touch more than the limit allows."""
     started = time.time()
     last = (await store.audits()).get(target_of(root), {})
     exists = await asyncio.to_thread(os.path.isdir, root)
-    state = await asyncio.to_thread(copies.state_of, root) if exists else copies.RootState({}, False)
+    state = await asyncio.to_thread(copies.state_of, root, skip) if exists else copies.RootState({}, False)
     check_root(root, exists, len(state.entries), state.holds_files, last.get("named"))
     progress = Progress(f"copies under {root}", len(state.entries), enabled=how.progress)
     checked = await asyncio.to_thread(copies.check_copies, root, state.entries, how.site, deep=how.deep,
                                       tick=progress.tick)
-    dark = await asyncio.to_thread(lambda: list(copies.dark_files(root, state.entries, how.site)))
+    dark = await asyncio.to_thread(lambda: list(copies.dark_files(root, state.entries, how.site, skip)))
     progress.finish()
     report = Report.of([*await _being_stored_again(store, checked, max_errors), *dark])
     repaired: list[Finding] = []

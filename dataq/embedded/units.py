@@ -42,6 +42,8 @@ GENERATED_DIR = "/run/systemd/generator"
 AUDIT_TIMER = "dataq-audit.timer"
 """Starts the scheduled audit (``dataq audit --scheduled``) when ``[audit] when`` says."""
 SCHEDULE_DROP_IN = "50-when.conf"
+STORING_ACTIONS = frozenset({"disk_store", "archive_ingest"})
+"""The actions whose copies an audit checks (they keep manifests)."""
 """The drop-in of :data:`AUDIT_TIMER` the generator writes ``[audit] when`` into."""
 
 
@@ -59,7 +61,7 @@ def audit_scheduled(settings: Settings) -> bool:
     """Whether ``[audit]`` schedules an audit that has something to look at: directories of sources (its own, or
     the feeders'), or copies a queue stores."""
     audit = settings.audit
-    stores = any(entry.partition(":")[0] == "disk_store" for queue in settings.queues.values()
+    stores = any(entry.partition(":")[0] in STORING_ACTIONS for queue in settings.queues.values()
                  for entry in queue.actions)
     return audit.enabled and bool(audit.directories or settings.feed.directories or (audit.copies and stores))
 

@@ -89,7 +89,8 @@ class PushDaemon:
         next_sites = move.get("next_sites", ()) if move.get("custody", True) is not False else ()
         desk = ReceiptDesk(settings.site, queue.max_errors, tuple(str(site) for site in next_sites))
         # Audit questions are answered with this site's own next sites, custody or not, and its stored copies.
-        stored_under = queue.action_options.get("disk_store", {}).get("root")
+        stored_under = queue.action_options.get("disk_store", {}).get("root") or \
+            queue.action_options.get("archive_ingest", {}).get("archive_root")
         audit_desk = AuditDesk(settings.site, queue.max_errors, tuple(str(site) for site in move.get("next_sites", ())),
                                str(stored_under) if stored_under else None, settings.data_dir)
         self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,

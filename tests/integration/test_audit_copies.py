@@ -217,7 +217,7 @@ def test_a_root_that_looks_unmounted_is_refused_whatever_force_says(tmp_path: Pa
     (("--copies", "--max-repair", "lots"), "'lots' is neither a percentage (10%) nor a number of files (25)"),
     (("--copies", "--max-repair", "120%"), "is more than 100%"),
     (("--copies", "--queue", "nosuch"), "nosuch"),
-    (("--copies", "--queue", "other"), "no storing root to audit: queue(s) other run no disk_store"),
+    (("--copies", "--queue", "other"), "queue(s) other run neither disk_store nor archive_ingest"),
 ])
 def test_bad_switches_and_queues_without_a_root_exit_2_saying_why(audit: Audit, args: tuple[str, ...],
                                                                   message: str) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -291,3 +294,27 @@ async def test_records_gathered_by_age_form_one_batch_and_one_spark_job(spark: A
     # The processing job and the append: a few jobs for the batch of 12, not one per record.
     assert 1 <= processed <= 3
     assert len(data_files(str(archive.catalog))) == 2  # one file per batch (and ingest date)
+
+
+async def test_every_copy_archived_is_named_in_the_manifest_and_the_copies_audit_finds_the_catalog_no_dark_file(
+        spark: Any, archive: Archive) -> None:
+    records = [write_plain(archive.tmp / "mtn" / f"log{n}.txt", f"night log {n}\n".encode() * 100) for n in range(4)]
+    async with archive.action(batch_size=len(records)) as action:
+        assert await run_all(action, records) == [None] * len(records)
+        assert await run_all(action, records[:1]) == [None], "archived before: named again, as a retry may need"
+    names = sorted(path.name for path in (archive.root / ".dataq" / "manifests").iterdir())
+    assert len(names) == 1 and names[0].startswith("manifest-md5-")
+    checked = subprocess.run(["md5sum", "--strict", "-c", f".dataq/manifests/{names[0]}"], cwd=archive.root,
+                             capture_output=True, text=True, check=False)
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == len(records) + 1, checked.stdout
+    config = archive.config()
+    audited = subprocess.run([sys.executable, "-c", "from dataq.cli.main import main; main()", "audit", "--config",
+                              str(config), "--copies", "--json"], capture_output=True, text=True, check=False)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert json.loads(audited.stdout.splitlines()[-1]) == {"summary": {"arrived": len(records)}}
+    archived_copy(archive.root, records[0].checksum).chmod(0o644)
+    archived_copy(archive.root, records[0].checksum).unlink()
+    missing = subprocess.run([sys.executable, "-c", "from dataq.cli.main import main; main()", "audit", "--config",
+                              str(config), "--copies", "--json"], capture_output=True, text=True, check=False)
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout.splitlines()[-1]) == {"summary": {"arrived": 3, "missing_copy": 1}}
