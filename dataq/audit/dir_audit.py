@@ -96,16 +96,27 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
     progress.finish()
     findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in readable]
     report = Report.of(findings)
-    repaired = await _repair(store, readable, report, how) if how.repair.enabled else []
+    # Kept before any repair: a repair the brakes refuse leaves what the audit found on record all the same.
+    await _save(store, paths, findings, [], how, started)
+    if how.repair.enabled:
+        repaired = await _repair(store, readable, report, how)
+        await _save(store, paths, findings, repaired, how, started)
+    else:
+        repaired = []
+    silent = {hop.site: hop for hops in journeys.values() for hop in hops if isinstance(hop, Silent)}
+    return DirectoryResult(report, repaired, list(silent.values()))
+
+
+async def _save(store: QueueStore, paths: dict[str, list[str]], findings: list[Finding], repaired: list[Finding],
+                how: DirectoryAudit, started: float) -> None:
+    """Keep each directory's audit (:meth:`QueueStore.save_audit`): its counts per class and its repairs."""
     for root, listed in paths.items():
-        inside = [f for f in findings if f.path.startswith(root.rstrip("/") + "/")]
-        part = Report.of(inside)
+        prefix = root.rstrip("/") + "/"
+        part = Report.of([item for item in findings if item.path.startswith(prefix)])
         await store.save_audit(f"dir:{root}", {
             "kind": "directory", "directory": root, "site": how.desk.site, "at": round(started, 3),
             "seconds": round(time.time() - started, 3), "files": len(listed), "counts": part.counts,
-            "repaired": sum(1 for item in repaired if item.path.startswith(root.rstrip("/") + "/"))})
-    silent = {hop.site: hop for hops in journeys.values() for hop in hops if isinstance(hop, Silent)}
-    return DirectoryResult(report, repaired, list(silent.values()))
+            "repaired": sum(1 for item in repaired if item.path.startswith(prefix))})
 
 
 def _unreadable(hashed: list[Hashed], how: DirectoryAudit) -> tuple[list[Finding], list[Hashed]]:

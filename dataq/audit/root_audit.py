@@ -58,15 +58,17 @@ async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesA
     dark = await asyncio.to_thread(lambda: list(copies.dark_files(root, state.entries, how.site, skip)))
     progress.finish()
     report = Report.of([*await _being_stored_again(store, checked, max_errors), *dark])
+    result = {"kind": "copies", "root": root, "site": how.site, "at": round(started, 3),
+              "seconds": round(time.time() - started, 3), "deep": how.deep, "named": len(state.entries),
+              "files": report.files, "counts": report.counts, "repaired": 0}
+    # Kept before any repair: a repair the brakes refuse leaves what the audit found on record all the same.
+    await store.save_audit(target_of(root), result)
     repaired: list[Finding] = []
     if how.repair.enabled:
         repairs = report.repairable()
         how.repair.check(len(repairs), report.files)
         repaired = await _repair(store, root, repairs)
-    await store.save_audit(target_of(root), {
-        "kind": "copies", "root": root, "site": how.site, "at": round(started, 3),
-        "seconds": round(time.time() - started, 3), "deep": how.deep, "named": len(state.entries),
-        "files": report.files, "counts": report.counts, "repaired": len(repaired)})
+        await store.save_audit(target_of(root), {**result, "repaired": len(repaired)})
     return RootResult(report, repaired)
 
 

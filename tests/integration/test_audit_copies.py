@@ -182,6 +182,9 @@ def test_a_repair_above_the_limit_changes_nothing_unless_forced(tmp_path: Path, 
     assert refused.exit_code == 2
     assert "would touch 11 of 30 files audited, more than --max-repair 10% allows (10)" in refused.stderr
     assert not any(isinstance(known, Lost) for known in whereabouts(redis_url, records))
+    kept = on_store(redis_url, lambda store: store.audits())[f"copies:{root}"]
+    assert (kept["counts"], kept["repaired"]) == ({"arrived": 19, "missing_copy": 11}, 0), \
+        "what was found is on record though the repair was refused"
     assert audit("--copies", "--repair", "--max-repair", "5").exit_code == 2
     assert audit("--copies", "--repair", "--max-repair", "40%").exit_code == 1
     assert all(isinstance(known, Lost) for known in whereabouts(redis_url, records[:11]))
