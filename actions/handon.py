@@ -134,6 +134,10 @@ class HandOn:
                               f"cannot take {self.algorithm} checksums (its reply: {reply.detail})")
         if reply.kind is ReplyKind.ERROR:
             raise ActionError(f"next site {site} refused the record: {reply.detail}")
+        if handed.again and reply.kind is ReplyKind.IGNORED and not greeting.speaks(Capability.AGAIN):
+            # The mark was taken out for a site that does not know it: it ignored the record as done already.
+            raise ActionError(f"next site {site} does not speak 'again' ({greeting.describe()}): it ignored the "
+                              "record sent again as done already; upgrade it, or push it there with dataq-cli --again")
         log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
         return site
 

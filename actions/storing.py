@@ -262,11 +262,11 @@ class _Batch:
         except OSError as exc:
             raise _failure(exc, record, self.root, shown) from exc
 
-    def make_durable(self, what: Sequence[_Copy], *, names: bool) -> None:
+    def make_durable(self, what: Sequence[_Copy], *, names: bool) -> OSError | None:
         """Sync the filesystem (or, without syncfs, the copies' directories once published); on failure every
-        copy in ``what`` fails."""
+        copy in ``what`` fails, and the error is returned."""
         if not what:
-            return
+            return None
         try:
             if SYNCFS is not None:
                 for dir_fd in {os.fstat(copy.dir_fd).st_dev: copy.dir_fd for copy in what}.values():
@@ -277,6 +277,23 @@ class _Batch:
         except OSError as exc:
             for copy in what:
                 self.outcomes[copy.index] = _failure(exc, copy.record, self.root, copy.shown)
+            return exc
+        return None
+
+    def covers_manifest(self, copies: Sequence[_Copy]) -> bool:
+        """Whether a sync of the filesystems of ``copies`` makes the root's manifest durable too: there are copies,
+        and all are on the root's filesystem (a folder of the layout may be another mount)."""
+        if SYNCFS is None or not copies:
+            return False
+        root = os.stat(self.root).st_dev
+        return all(os.fstat(copy.dir_fd).st_dev == root for copy in copies)
+
+    def fail_stored(self, items: Sequence[tuple[Record, str]], exc: OSError) -> None:
+        """Every record still stored fails: the sync its manifest line relied on failed."""
+        for index, outcome in list(self.outcomes.items()):
+            if isinstance(outcome, Stored):
+                record, relative = items[index]
+                self.outcomes[index] = _failure(exc, record, self.root, os.path.join(self.root, relative))
 
     def finish(self, copy: _Copy, verify: bool) -> None:
         """Check one durable copy and publish it."""
@@ -357,9 +374,14 @@ def store_batch_sync(items: Sequence[tuple[Record, str]], root: str, *, algorith
             _read_from_disk(durable)
         _in_parallel([partial(_attempt, batch.outcomes, copy.index, batch.finish, copy, verify) for copy in durable])
         published = [copy for copy in written if isinstance(batch.outcomes[copy.index], Stored)]
+        covered = keep_manifest and batch.covers_manifest(published)
         if keep_manifest:
-            batch.name_in_manifest(items, synced_after=SYNCFS is not None and bool(published))
-        batch.make_durable([copy for copy in published if isinstance(batch.outcomes[copy.index], Stored)], names=True)
+            batch.name_in_manifest(items, synced_after=covered)
+        failed = batch.make_durable([copy for copy in published if isinstance(batch.outcomes[copy.index], Stored)],
+                                    names=True)
+        if failed is not None and covered:
+            # The manifest's lines of the copies found stored (a retry) relied on that sync too.
+            batch.fail_stored(items, failed)
     finally:
         batch.close()
     outcomes = [batch.outcomes[index] for index in range(len(items))]

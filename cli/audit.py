@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING
 
 import click
@@ -108,6 +109,11 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
         # scheduled audit tells "found something" (1) from "could not look" (2).
         click.echo(f"Error: {exc}", err=True)
         raise SystemExit(EXIT_REFUSED) from exc
+    except Exception as exc:
+        # A bug must not exit 1, which says "found something" (and is a success of the scheduled unit).
+        click.echo(f"Error: the audit failed: {exc!r}", err=True)
+        traceback.print_exc()
+        raise SystemExit(EXIT_REFUSED) from exc
     raise SystemExit(outcome.status)
 
 
@@ -160,8 +166,8 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
     tls = client_tls_context(move.handon_tls_ca, move.handon_tls_cert, move.handon_tls_key) \
         if move is not None and move.handon_tls else None
     feed = settings.feed
-    watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude)
-               for directory in directories]
+    watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude,
+                            settle=feed.settle) for directory in directories]
     how = DirectoryAudit(desk, queue.rules, repair=repair, progress=progress)
     timeout = move.handon_timeout if move is not None else DEFAULT_HANDON_TIMEOUT
     return Directories(queue.name, watched, how, asker(settings.site, tls, timeout))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dataq.audit.findings import Report
 from dataq.config.audit_settings import DEFAULT_MAX_REPAIR, RepairLimit
 from dataq.errors import DataqError
 
@@ -17,7 +18,12 @@ __all__ = ["DEFAULT_MAX_REPAIR", "Refused", "Repair", "RepairLimit", "check_repa
 
 
 class Refused(DataqError):
-    """The audit refuses to run or to repair (exit status 2): the message says why and what to check."""
+    """The audit refuses to run or to repair (exit status 2): the message says why and what to check; ``report``,
+    what the audit found before it refused to repair (None: it found nothing, or did not look)."""
+
+    def __init__(self, message: str, report: Report | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass(frozen=True, slots=True)

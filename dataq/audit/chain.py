@@ -13,10 +13,10 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from dataq.audit.questions import AUDIT_KEY, Answer, parse_answers
+from dataq.audit.questions import AUDIT_KEY, Answer, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines
-from dataq.errors import DataqError
+from dataq.errors import DataqError, ProtocolError
 from dataq.handshake import Capability, PeerBook
 
 MAX_HOPS = 16
@@ -48,8 +48,12 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
             host, port = parse_target(address)
         except ValueError as exc:
             raise DataqError(f"{address}: {exc}") from None
-        lines = await ask_lines(host, port, ids, site=site, tls=tls, within=timeout + SECONDS_PER_ID * len(ids),
-                                peer=book[address], capability=Capability.AUDIT, key=AUDIT_KEY)
+        try:
+            lines = await ask_lines(host, port, ids, site=site, tls=tls,
+                                    within=timeout + SECONDS_PER_ID * len(ids), peer=book[address],
+                                    capability=Capability.AUDIT, key=AUDIT_KEY)
+        except ValueError as exc:  # an answer line longer than the stream's limit
+            raise ProtocolError(f"{address} answered with a line that is too long: {exc}") from None
         return parse_answers(lines, ids)
 
     return ask
@@ -81,15 +85,39 @@ async def walk(first: dict[str, Answer], ask: Ask) -> dict[str, list[Hop]]:
 
 
 async def _first_answering(addresses: Sequence[str], ids: list[str], ask: Ask) -> list[Answer] | Silent:
-    """The answers of the first of ``addresses`` that answers (as the hand-on fails over), or why none did."""
+    """The answers of the first of ``addresses`` that answers (as the hand-on fails over), or why none did; ids it
+    does not know are asked of the others too (a record handed to a second next site while the first was down),
+    and the answer of one that knows them kept."""
     problems: list[str] = []
     older = True
-    for address in addresses:
+    for position, address in enumerate(addresses):
         try:
-            return await ask(address, ids)
+            answers = await ask(address, ids)
         except NotSpoken as exc:
             problems.append(f"{address}: {exc}")
+            continue
         except DataqError as exc:
             older = False
             problems.append(f"{address}: {exc}")
+            continue
+        return await _known_elsewhere(answers, addresses[position + 1:], ask)
     return Silent(addresses[0], "; ".join(problems), older)
+
+
+async def _known_elsewhere(answers: list[Answer], others: Sequence[str], ask: Ask) -> list[Answer]:
+    """``answers``, with those that know nothing replaced by another next site's that knows the record."""
+    by_id = {answer.record_id: answer for answer in answers}
+    for address in others:
+        unknown = [record_id for record_id, answer in by_id.items() if _knows_nothing(answer)]
+        if not unknown:
+            break
+        try:
+            found = await ask(address, unknown)
+        except DataqError:
+            continue  # a silent second site changes nothing of what the first said
+        by_id.update({answer.record_id: answer for answer in found if not _knows_nothing(answer)})
+    return [by_id[answer.record_id] for answer in answers]
+
+
+def _knows_nothing(answer: Answer) -> bool:
+    return answer.refused is None and answer.state is SiteState.UNKNOWN and answer.copy is None

@@ -36,6 +36,8 @@ def classify(path: str, record_id: str, hops: list[Hop]) -> Finding:
     def finding(file_class: FileClass, site: str, detail: str = "") -> Finding:
         return Finding(path, record_id, file_class, site, detail)
 
+    if end is not None and end.copy is CopyState.UNKNOWN:
+        return finding(FileClass.UNKNOWN, end.site, f"{end.site} could not read its manifests to say")
     if end is not None and _holds(end):
         return finding(FileClass.ARRIVED, end.site, "" if end.copy else "done there (it keeps no manifest)")
     for answer in answers:
@@ -49,7 +51,7 @@ def classify(path: str, record_id: str, hops: list[Hop]) -> Finding:
         return finding(FileClass.UNKNOWN, silent.site, f"site {silent.site} did not answer: {silent.reason}")
     if refused is not None:
         return finding(FileClass.UNKNOWN, refused.site, f"refused: {refused.refused}")
-    if any(answer.state in HAD_IT or answer.copy is not None for answer in answers):
+    if any(answer.state in HAD_IT or answer.copy not in (None, CopyState.UNKNOWN) for answer in answers):
         return finding(FileClass.LOST, *_where_lost(answers, end))
     return finding(FileClass.NEVER_FED, answers[0].site if answers else "", "no site knows it")
 
@@ -65,6 +67,8 @@ def _where_lost(answers: list[Answer], end: Answer | None) -> tuple[str, str]:
     for answer in answers:
         if answer.copy in (CopyState.MISSING, CopyState.CORRUPT):
             return answer.site, f"its copy {answer.path} is {answer.copy.value}"
+        if answer.copy is CopyState.UNKNOWN:
+            continue
         if answer.state is SiteState.LOST:
             return answer.site, f"marked lost there: {answer.error}"
     for before, after in itertools.pairwise(answers):

@@ -87,6 +87,8 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
                                  f"{hop.site} did not answer: {hop.reason}" for hop in result.silent]
         except Refused as exc:
             outcome.refused.append(str(exc))
+            if exc.report is not None:  # what it found, though it refused to repair
+                outcome.add(exc.report, [])
         finally:
             await store.close()
     for item in roots if copies is not None else []:
@@ -97,6 +99,8 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
             outcome.add(root_result.report, root_result.repaired)
         except Refused as exc:
             outcome.refused.append(str(exc))
+            if exc.report is not None:  # what it found, though it refused to repair
+                outcome.add(exc.report, [])
         finally:
             await store.close()
     report = Report(dict(sorted(outcome.counts.items())), outcome.findings)

@@ -28,7 +28,7 @@ LOOKUP_CHUNK = 500
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for another's write to end."""
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS copies (path TEXT PRIMARY KEY, checksum TEXT NOT NULL, size INTEGER,
+CREATE TABLE IF NOT EXISTS copies (path BLOB PRIMARY KEY, checksum TEXT NOT NULL, size INTEGER,
                                    manifest TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS copies_by_checksum ON copies (checksum);
 CREATE TABLE IF NOT EXISTS manifests (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
@@ -80,9 +80,10 @@ class CopyIndex:
                 continue
             entries, end = manifest.read_from(self.root, name, start)
             with self._transaction():
+                # Paths as bytes: a file name need not be UTF-8, and SQLite's text must be.
                 self._db.executemany(
                     "INSERT OR REPLACE INTO copies (path, checksum, size, manifest) VALUES (?, ?, ?, ?)",
-                    [(entry.path, entry.checksum, entry.size, entry.manifest) for entry in entries])
+                    [(os.fsencode(entry.path), entry.checksum, entry.size, entry.manifest) for entry in entries])
                 self._db.execute("INSERT OR REPLACE INTO manifests (name, offset) VALUES (?, ?)", (name, end))
             read += len(entries)
         return read
@@ -95,7 +96,7 @@ class CopyIndex:
             marks = ",".join("?" * len(chunk))
             for checksum, path, size in self._db.execute(
                     f"SELECT checksum, path, size FROM copies WHERE checksum IN ({marks})", chunk):
-                found.setdefault(checksum, []).append(Named(path, size))
+                found.setdefault(checksum, []).append(Named(os.fsdecode(path), size))
         return found
 
     @contextlib.contextmanager

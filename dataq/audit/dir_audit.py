@@ -150,7 +150,10 @@ async def _this_site(store: QueueStore, desk: AuditDesk, ids: list[str]) -> dict
 async def _repair(store: QueueStore, readable: list[Hashed], report: Report, how: DirectoryAudit) -> list[Finding]:
     """Feed the files no site knows, send the lost ones again (marked again); the findings repaired."""
     repairs = [item for item in report.findings if item.file_class in (FileClass.NEVER_FED, FileClass.LOST)]
-    how.repair.check(len(repairs), report.files)
+    try:
+        how.repair.check(len(repairs), report.files)
+    except Refused as exc:
+        raise Refused(str(exc), report) from None
     sizes = {item.path: item.size for item in readable}
     records: list[Record] = []
     for item in repairs:

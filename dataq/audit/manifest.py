@@ -181,7 +181,10 @@ def _entry(text: str, digits: int | None) -> tuple[str, str] | None:
     checksum, separator, name = body.partition("  ")
     if not separator or not name or (digits is not None and len(checksum) != digits):
         return None
-    return checksum, _unescaped(name) if escaped else name
+    path = _unescaped(name) if escaped else name
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        return None  # a line written by hand that would lead out of the root: not a copy of it
+    return checksum, path
 
 
 def entries(root: str) -> dict[str, Entry]:

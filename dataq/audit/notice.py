@@ -5,19 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dataq.audit.findings import Finding
+from dataq.audit.findings import FileClass, Finding
 from dataq.ops.notices import KIND_AUDIT, Notice
 
 FINDINGS_LISTED = 50
 """Findings a notice lists one by one (``dataq audit`` on the host lists them all)."""
+ACTIONABLE = frozenset({FileClass.LOST, FileClass.FAILED, FileClass.NEVER_FED, FileClass.MISSING_COPY,
+                        FileClass.CORRUPT_COPY, FileClass.UNREADABLE})
+"""What a notice is sent for: the classes the alert rule counts. Files in flight, dark or unknown (a site did not
+answer) are reported by the audit, not mailed: a busy site has some every morning."""
 
 
 def audit_notice(site: str, counts: dict[str, int], findings: Sequence[Finding], repaired: Sequence[Finding],
                  refused: Sequence[str], command: str) -> Notice | None:
-    """The notice of one scheduled audit; None when it found nothing and ran in full (nothing to tell)."""
-    if not findings and not refused:
+    """The notice of one scheduled audit; None when it found nothing to act on and ran in full."""
+    actionable = [finding for finding in findings if finding.file_class in ACTIONABLE]
+    if not actionable and not refused:
         return None
-    by_class = ", ".join(f"{name} {count:,}" for name, count in counts.items() if name != "arrived") or "nothing"
+    findings = actionable
+    by_class = ", ".join(f"{name} {count:,}" for name, count in counts.items() if name in ACTIONABLE) or "nothing"
     subject = (f"dataq audit at {site}: {len(findings):,} file(s) found ({by_class})" if findings
                else f"dataq audit at {site} could not run in full")
     details: dict[str, object] = {"site": site, "counts": counts}

@@ -1,6 +1,7 @@
 """Audit questions: how an audit asks a site what it holds of records, its stored copies included, and the answers.
 
-A site's audit asks each site of its chain in turn with one line per 1,000 ids (at most)::
+A site's audit asks each site of its chain in turn with lines of ids (100 per line; a push daemon takes at most
+1,000)::
 
     {"audit": ["<id>", ...], "site": "<the asking site's name>"}
 
@@ -8,14 +9,15 @@ and the push daemon answers, in order with the connection's other lines, one lin
 holds of it (not what it last heard from further on: the audit asks every site itself, afresh)::
 
     {"id": ID, "audit": STATE, "site": S, "next": [ADDRESS, ...], "at": T, "error": E,
-     "copy": "present" | "missing" | "corrupt", "path": P}
+     "copy": "present" | "missing" | "corrupt" | "unknown", "path": P}
 
 ``STATE`` is ``queued``, ``delayed``, ``inactive`` (with ``error``, its last), ``custody`` (handed on, waiting for
 the end of the chain), ``done``, ``lost`` (done once, its stored copy found missing or damaged by an audit, with
 ``error`` saying why) or ``unknown``; ``at`` is when it was pushed (tracked) or done here; ``next`` names the push
 daemons this site hands records on to (absent: the end of its chain). At a site whose queue stores copies
-(``disk_store``), ``copy`` says whether a manifest names a copy of the record and whether it is there with the size
-the manifest gives (:mod:`dataq.audit.copy_index`); ``copy`` is absent where no manifest names one. A malformed
+(``disk_store``, ``archive_ingest``), ``copy`` says whether a manifest names a copy of the record and whether it is
+there with the size the manifest gives (:mod:`dataq.audit.copy_index`), or ``unknown`` when the site could not read
+its manifests; ``copy`` is absent where no manifest names one. A malformed
 line or id is answered ``Error: audit: ...``, as receipts are.
 
 Only a push daemon whose handshake names ``audit`` (:class:`~dataq.handshake.Capability`) is asked.
@@ -59,6 +61,8 @@ class CopyState(enum.StrEnum):
     PRESENT = "present"
     MISSING = "missing"
     CORRUPT = "corrupt"
+    UNKNOWN = "unknown"
+    """The site stores copies but could not read its manifests to say (the audit cannot call it arrived)."""
 
 
 def is_question(line: bytes) -> bool:
@@ -120,6 +124,8 @@ def parse_answers(lines: list[bytes], ids: list[str]) -> list[Answer]:
     try:
         values = json.loads(b"[" + b",".join(line.rstrip(b"\r\n") for line in lines) + b"]")
     except ValueError:
+        return [parse_answer(line, record_id) for line, record_id in zip(lines, ids, strict=True)]
+    if len(values) != len(ids) or not all(isinstance(value, dict) for value in values):
         return [parse_answer(line, record_id) for line, record_id in zip(lines, ids, strict=True)]
     answers = []
     for value, record_id in zip(values, ids, strict=True):

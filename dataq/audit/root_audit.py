@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from dataq.audit import copies
-from dataq.audit.brakes import Repair, check_root
+from dataq.audit.brakes import Refused, Repair, check_root
 from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
 from dataq.audit.quarantine import quarantine
@@ -66,7 +66,10 @@ async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesA
     repaired: list[Finding] = []
     if how.repair.enabled:
         repairs = report.repairable()
-        how.repair.check(len(repairs), report.files)
+        try:
+            how.repair.check(len(repairs), report.files)
+        except Refused as exc:
+            raise Refused(str(exc), report) from None
         repaired = await _repair(store, root, repairs)
         await store.save_audit(target_of(root), {**result, "repaired": len(repaired)})
     return RootResult(report, repaired)
@@ -96,6 +99,8 @@ async def _repair(store: QueueStore, root: str, repairs: list[Finding]) -> list[
     done: list[Finding] = []
     for item in repairs:
         why = f"{item.file_class.value}: {item.detail}"
+        if item.file_class is FileClass.MISSING_COPY and await asyncio.to_thread(os.path.lexists, item.path):
+            continue  # stored again since it was checked: nothing to repair
         if item.file_class is FileClass.CORRUPT_COPY:
             try:
                 moved = await asyncio.to_thread(quarantine, root, item.path)
@@ -106,5 +111,8 @@ async def _repair(store: QueueStore, root: str, repairs: list[Finding]) -> list[
             why += f"; moved to {moved}"
         lost.append((item.record_id, why))
         done.append(Finding(item.path, item.record_id, item.file_class, item.site, f"marked lost: {why}"))
-    await store.mark_lost(lost)
-    return done
+    marked = iter(await store.mark_lost(lost))
+    # A record this site tracks again (sent again meanwhile) is left alone by mark_lost: it is being stored.
+    return [item if item.file_class is FileClass.UNREADABLE or next(marked) else
+            Finding(item.path, item.record_id, FileClass.IN_FLIGHT, item.site, "being stored again; not marked lost")
+            for item in done]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,9 +31,11 @@ class Hashed:
     error: str | None = None
 
 
-def files_of(options: WatchOptions) -> list[str]:
-    """The files of the directory a feeder with ``options`` would feed, in path order."""
-    return sorted(list_tree(options))
+def files_of(options: WatchOptions, now: float | None = None) -> list[str]:
+    """The files of the directory a feeder with ``options`` would feed, in path order: those unchanged for its
+    ``settle`` seconds (a file still being written is not fed yet, nor audited)."""
+    limit = ((time.time() if now is None else now) - options.settle) * 1e9
+    return sorted(path for path, (_, mtime_ns, _) in list_tree(options).items() if mtime_ns <= limit)
 
 
 def _hash_chunk(paths: Sequence[str], algorithm: str, tick: Callable[[int], None] | None) -> list[Hashed]:

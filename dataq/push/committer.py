@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dataq.audit.questions import AUDIT_KEY, AuditDesk, Copies
+from dataq.audit.questions import AUDIT_KEY, AuditDesk, Copies, CopyState
 from dataq.custody.desk import ReceiptDesk
 from dataq.custody.receipts import ReceiptQuery
 from dataq.errors import NotReplicated, StoreError
@@ -286,10 +285,11 @@ class Committer:
         answered as named by no manifest, and logged."""
         try:
             return await asyncio.to_thread(self.audit_desk.copies, ids)
-        except (OSError, sqlite3.Error) as exc:
-            log.warning("cannot read the storing root's manifests to answer an audit question", error=str(exc),
+        except Exception as exc:  # whatever a root's files hold, the push daemon must not die of it
+            log.warning("cannot read the storing root's manifests to answer an audit question", error=repr(exc),
                         root=self.audit_desk.root)
-            return {}
+            # Said as such: an answer without a copy would read as "done, and keeps no manifest".
+            return dict.fromkeys(ids, (CopyState.UNKNOWN, ""))
 
     async def _push(self, items: list[Item], now: float, replays: list[Replay], *, retry: bool,
                     on_written: Callable[[], None]) -> _Stored:

@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dataq.record import Record
 from testbed.cascade import Cascade, Site
 from testbed.waits import eventually, eventually_equal
 from tests.cascade_support import FAST, FLOW_TIMEOUT, archived, custody_count, feed, make_sources
@@ -44,6 +47,15 @@ def audit(site: Site, *args: str) -> tuple[int, list[dict[str, str]], dict[str, 
     return done.returncode, lines[:-1], summary, done.stderr
 
 
+def written_last_night(records: list[Record]) -> list[Record]:
+    """The files' times set an hour back: written during the night, long settled (the audit leaves alone a file
+    changed within [feed] settle, as a feeder does)."""
+    when = time.time() - 3600
+    for record in records:
+        os.utime(record.path, (when, when))
+    return records
+
+
 def copy_at(archive: Site, checksum: str) -> Path:
     (found,) = [path for path in archive.archive.rglob(checksum) if ".dataq" not in path.parts]
     return found
@@ -61,7 +73,7 @@ async def delivered(mountain: Site, archive: Site, checksums: set[str]) -> None:
 
 async def test_audits_classify_every_file_and_their_repairs_bring_every_file_back(tmp_path: Path) -> None:
     night = tmp_path / "night"
-    records = make_sources(night, 200)
+    records = written_last_night(make_sources(night, 200))
     with keeping_sources(tmp_path) as chain:
         mountain, _, archive = chain.sites
         await feed(mountain, records)
@@ -70,7 +82,7 @@ async def test_audits_classify_every_file_and_their_repairs_bring_every_file_bac
         assert (status, found, summary) == (0, [], {"arrived": 200})
 
         # The morning after: what went wrong overnight.
-        never_fed = make_sources(night, 3, prefix="late")
+        never_fed = written_last_night(make_sources(night, 3, prefix="late"))
         missing, damaged = records[:2], records[2]
         for record in missing:
             copy_at(archive, record.checksum).unlink()
@@ -109,7 +121,7 @@ async def test_audits_classify_every_file_and_their_repairs_bring_every_file_bac
 
 async def test_a_next_site_that_does_not_answer_makes_its_files_unknown_not_lost(tmp_path: Path) -> None:
     night = tmp_path / "night"
-    records = make_sources(night, 20)
+    records = written_last_night(make_sources(night, 20))
     with keeping_sources(tmp_path) as chain:
         mountain, valley, archive = chain.sites
         await feed(mountain, records)

@@ -26,6 +26,8 @@ def write_config(tmp_path: Path, redis_url: str) -> Path:
     return write_tables(tmp_path / "dataq.toml", tmp_path / "data", {
         "redis": {"url": redis_url, "socket_timeout": 2.0},
         "log": {"dir": str(tmp_path / "log"), "format": "json"},
+        # No metrics endpoint: seven daemons would each take an ephemeral port another test may have chosen.
+        "metrics": {"enabled": False},
         "pop": {"concurrency": 64, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.0, "sweep_interval": 0.2,
                 "grace_period": 2.0},
         f"queues.{QUEUE}": {"actions": ["disk_store"]},

@@ -181,6 +181,7 @@ def test_a_repair_above_the_limit_changes_nothing_unless_forced(tmp_path: Path, 
     refused = audit("--copies", "--repair")
     assert refused.exit_code == 2
     assert "would touch 11 of 30 files audited, more than --max-repair 10% allows (10)" in refused.stderr
+    assert sum("missing_copy" in line for line in refused.stdout.splitlines()) == 12, "the findings, and their count"
     assert not any(isinstance(known, Lost) for known in whereabouts(redis_url, records))
     kept = on_store(redis_url, lambda store: store.audits())[f"copies:{root}"]
     assert (kept["counts"], kept["repaired"]) == ({"arrived": 19, "missing_copy": 11}, 0), \

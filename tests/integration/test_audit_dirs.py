@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from dataq.audit import sources
 from dataq.cli.main import main
+from dataq.feed.watch import WatchOptions
 from dataq.record import Record
 from dataq.store import QueueList, QueueStore, Tracked
 from tests.cascade_support import make_sources
@@ -26,7 +27,8 @@ Audit = Callable[..., Result]
 def audit(tmp_path: Path, redis_url: str) -> Audit:
     config = tmp_path / "dataq.toml"
     config.write_text(f'site = "mountain"\ndata_dir = "{tmp_path / "data"}"\n[redis]\nurl = "{redis_url}"\n'
-                      f'[feed]\nexclude = ["*.log"]\n[queues.{QUEUE}]\nactions = ["echo"]\nmax_errors = 0\n')
+                      f'[feed]\nexclude = ["*.log"]\nsettle = 0\n'
+                      f'[queues.{QUEUE}]\nactions = ["echo"]\nmax_errors = 0\n')
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(main, ["audit", "--config", str(config), "--json", *args])
@@ -102,3 +104,12 @@ def test_the_repair_feeds_what_no_site_knows_within_the_limit(tmp_path: Path, re
     known = on_store(redis_url, lambda s: s.whereabouts([r.checksum for r in never], 0), QUEUE)
     assert all(isinstance(item, Tracked) for item in known)
     assert set(classes(audit(str(night))).values()) == {"in_flight"}, "fed: queued now"
+
+
+def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves_it(tmp_path: Path) -> None:
+    night = tmp_path / "night"
+    (record,) = make_sources(night, 1, "writing")
+    options = WatchOptions(str(night), settle=2.0)
+    now = Path(record.path).stat().st_mtime
+    assert sources.files_of(options, now=now + 1.0) == [], "still being written, maybe"
+    assert sources.files_of(options, now=now + 2.5) == [record.path]

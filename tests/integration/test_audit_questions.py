@@ -12,6 +12,7 @@ import pytest
 
 from dataq.actions import storing
 from dataq.audit.chain import Silent, asker, walk
+from dataq.audit.copy_index import index_file
 from dataq.audit.questions import Answer, CopyState, SiteState
 from dataq.config import QueueSettings
 from dataq.custody.client import NotSpoken
@@ -90,3 +91,15 @@ async def test_a_site_older_than_audit_questions_is_one_silence_said_as_such() -
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_site_that_cannot_read_its_manifests_says_copy_unknown_and_keeps_serving(
+        archive: RunningPush, store: QueueStore, root: Path, tmp_path: Path) -> None:
+    (record,) = [make_file(tmp_path / "valley", "a.fits", b"frame " * 100)]
+    storing.store_batch_sync([(record, "a.fits")], str(root))
+    Path(index_file(str(tmp_path / "data"), str(root))).mkdir(parents=True)  # no database can open there
+    ask = asker("mountain", None, 5.0)
+    (answer,) = await ask(f"{LOOPBACK}:{archive.port}", [record.checksum])
+    assert answer.copy is CopyState.UNKNOWN
+    (again,) = await ask(f"{LOOPBACK}:{archive.port}", [record.checksum])
+    assert again.copy is CopyState.UNKNOWN, "the push daemon still answers"

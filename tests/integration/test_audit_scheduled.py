@@ -64,6 +64,9 @@ def test_a_scheduled_audit_that_finds_something_mails_it_and_one_that_does_not_s
     clean = audit("--scheduled")
     assert clean.exit_code == 0, clean.output
     assert smtp.messages == []
+    (root / "by-hand.fits").write_bytes(b"dropped in by an operator")
+    dark = audit("--scheduled")
+    assert dark.exit_code == 1 and smtp.messages == [], "a dark file is reported, not mailed every morning"
 
     (root / Path(records[0].path).name).unlink()
     found = audit("--scheduled")

@@ -17,6 +17,7 @@ from dataq.actions import storing
 from dataq.actions.layout import UnsafePath
 from dataq.audit import manifest
 from dataq.audit.copies import check_copies, dark_files
+from dataq.audit.copy_index import CopyIndex
 from dataq.audit.findings import FileClass
 from dataq.record import Record
 from tests.actions_support import make_file
@@ -31,7 +32,8 @@ def files(directory: Path, count: int, prefix: str = "frame") -> list[Record]:
 def check_with(tool: str, root: Path) -> subprocess.CompletedProcess[str]:
     """``TOOL -c`` of every manifest under ``root``, run from the root, as an operator would."""
     names = sorted(str(path.relative_to(root)) for path in (root / manifest.MANIFEST_DIR).iterdir())
-    return subprocess.run([tool, "--strict", "-c", *names], cwd=root, capture_output=True, text=True, check=False)
+    return subprocess.run([tool, "--strict", "-c", *names], cwd=root, capture_output=True, text=True,
+                          errors="surrogateescape", check=False)
 
 
 def test_every_copy_stored_is_named_in_the_day_manifest_that_md5sum_checks(tmp_path: Path) -> None:
@@ -155,3 +157,16 @@ def test_files_in_the_manifest_folder_that_are_not_manifests_are_not_read(tmp_pa
     folder.mkdir(parents=True)
     (folder / name).write_text("d41d8cd98f00b204e9800998ecf8427e  empty\n")
     assert manifest.entries(str(tmp_path)) == {}
+
+
+def test_a_copy_whose_name_is_not_utf8_is_indexed_and_found(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    name = os.fsdecode(b"frame-\xe9t\xe9.fits")  # a Latin-1 name, as an old instrument writes it
+    (record,) = files(tmp_path / "mountain", 1)
+    storing.store_batch_sync([(record, name)], str(root))
+    assert check_with("md5sum", root).returncode == 0
+    with CopyIndex(str(root), str(tmp_path / "data")) as index:
+        index.refresh()
+        (named,) = index.lookup([record.checksum])[record.checksum]
+    assert named.path == name and os.path.exists(root / name)

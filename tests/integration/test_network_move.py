@@ -21,7 +21,7 @@ from dataq.config import QueueSettings
 from dataq.embedded.redis_server import free_port
 from dataq.errors import ActionError, ConfigError, Retryable
 from dataq.feed.spool_status import read_spool_status
-from dataq.handshake import hello_line, is_hello
+from dataq.handshake import OURS, Capability, hello_line, is_hello
 from dataq.record import SITE_KEY, Record
 from dataq.store import QueueList, QueueStore
 from testbed.actions import action_context
@@ -382,6 +382,31 @@ async def test_a_record_sent_again_is_handed_on_marked_again_and_the_next_site_t
     await action.run(replace(record, again=True))
     again = await next_site_holds(next_queue, record)
     assert again is not None and again.again, "taken, and marked again to be handed on further"
+
+
+async def test_a_record_sent_again_to_a_site_that_does_not_speak_again_and_ignores_it_fails_saying_why(
+        daemon: RsyncDaemon, source: Path, tmp_path: Path) -> None:
+    async def before_again(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A dataq of before the mark: it answers the handshake without naming "again", and remembers the record done.
+        while line := await reader.readline():
+            if is_hello(line):
+                writer.write(hello_line(OURS - {Capability.AGAIN}))
+            else:
+                writer.write(b"Ignored ID=" + json.loads(line)["checksum"].encode() + b"\n")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(before_again, LOOPBACK, 0)
+    try:
+        site = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+        action = make_action(tmp_path, site="mountain", **handon_options(daemon, site))
+        record = make_file(source, "a.fits", DATA)
+        await action.run(record)  # not sent again: Ignored is the answer of a site that holds it
+        with pytest.raises(ActionError, match="does not speak 'again'"):
+            await action.run(replace(record, again=True))
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataq.audit.chain import Hop, Silent
+from dataq.audit.chain import Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass
 from dataq.audit.questions import Answer, CopyState, SiteState
@@ -49,6 +49,9 @@ DONE, UNKNOWN = SiteState.DONE, SiteState.UNKNOWN
     ([mountain(DONE), Silent("127.0.0.1:9002", "cannot connect")], FileClass.UNKNOWN, "127.0.0.1:9002",
      "did not answer: cannot connect"),
     ([mountain(UNKNOWN), valley(UNKNOWN), archive(UNKNOWN)], FileClass.NEVER_FED, "mountain", "no site knows it"),
+    # The archive could not read its manifests: done there, but not proven held.
+    ([mountain(DONE), valley(DONE), archive(DONE, CopyState.UNKNOWN)], FileClass.UNKNOWN, "archive",
+     "could not read its manifests"),
     ([mountain(UNKNOWN)], FileClass.NEVER_FED, "mountain", ""),
 ])
 def test_each_class_from_the_hops_that_make_it(hops: list[Hop], expected: FileClass, site: str, detail: str) -> None:
@@ -72,3 +75,21 @@ def test_an_id_a_site_refuses_is_unknown_with_its_words() -> None:
     hops: list[Hop] = [mountain(DONE), Answer(ID, UNKNOWN, "valley", refused="audit: checksum ... does not match")]
     found = classify("/a", ID, hops)
     assert (found.file_class, found.detail) == (FileClass.UNKNOWN, "refused: audit: checksum ... does not match")
+
+
+async def test_an_id_the_first_next_site_does_not_know_is_asked_of_the_other_as_the_hand_on_fails_over() -> None:
+    primary, backup = "127.0.0.1:9002", "127.0.0.1:9012"
+    other = "1" * 32
+    asked: list[tuple[str, list[str]]] = []
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        asked.append((address, ids))
+        # The record ID went to the backup while the primary was down; the primary holds the other one.
+        held = {primary: {other}, backup: {ID}}[address]
+        return [Answer(i, DONE if i in held else UNKNOWN, address, ()) for i in ids]
+
+    first = {i: Answer(i, DONE, "mountain", (primary, backup)) for i in (ID, other)}
+    journeys = await walk(first, ask)
+    assert [hop.site for hop in journeys[ID] if isinstance(hop, Answer)] == ["mountain", backup]
+    assert [hop.site for hop in journeys[other] if isinstance(hop, Answer)] == ["mountain", primary]
+    assert asked == [(primary, [ID, other]), (backup, [ID])], "only what the first did not know"
