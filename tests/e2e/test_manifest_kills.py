@@ -16,7 +16,7 @@ from testbed.waits import eventually_equal
 from tests.actions_support import make_file, stored_copies
 from tests.pop_support import PopProcess, counter, processes, write_tables
 
-FILES = 600
+FILES = 2000
 KILLS = 6
 QUEUE = "archive"
 DONE_TIMEOUT = 120.0
