@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from dataq.audit.questions import AUDIT_KEY, Answer, SiteState, parse_answers
+from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines
 from dataq.errors import DataqError, ProtocolError
@@ -59,8 +59,29 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
     return ask
 
 
-async def walk(first: dict[str, Answer], ask: Ask) -> dict[str, list[Hop]]:
-    """Each id's hops: this site's answer (``first``), then every next site's, to the end of the chain."""
+class Ends:
+    """The addresses of the end of the chain, once a walk has reached it: later groups of files are asked there
+    first, and only those it does not hold are followed site by site (a morning's audit of a healthy chain then
+    asks one site, not every site, about every file)."""
+
+    def __init__(self) -> None:
+        self.addresses: tuple[str, ...] | None = None
+
+    async def held(self, ids: list[str], ask: Ask) -> dict[str, Answer]:
+        """The answers of the end of the chain that prove it holds a copy (none while its address is unknown,
+        or when it does not answer)."""
+        if self.addresses is None or not ids:
+            return {}
+        answered = await _first_answering(self.addresses, ids, ask)
+        if isinstance(answered, Silent):
+            return {}
+        return {answer.record_id: answer for answer in answered
+                if answer.copy is CopyState.PRESENT and not answer.next_sites}
+
+
+async def walk(first: dict[str, Answer], ask: Ask, ends: Ends | None = None) -> dict[str, list[Hop]]:
+    """Each id's hops: this site's answer (``first``), then every next site's, to the end of the chain (whose
+    addresses ``ends`` learns)."""
     journeys: dict[str, list[Hop]] = {record_id: [answer] for record_id, answer in first.items()}
     going = list(first)
     for _ in range(MAX_HOPS):
@@ -80,6 +101,8 @@ async def walk(first: dict[str, Answer], ask: Ask) -> dict[str, list[Hop]]:
                 continue
             for record_id, answer in zip(ids, answered, strict=True):
                 journeys[record_id].append(answer)
+            if ends is not None and any(not answer.next_sites and answer.refused is None for answer in answered):
+                ends.addresses = addresses
             going += ids
     return journeys
 

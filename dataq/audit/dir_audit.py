@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from dataq.audit.brakes import Refused, Repair
-from dataq.audit.chain import Ask, Hop, Silent, walk
+from dataq.audit.chain import Ask, Ends, Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
@@ -73,10 +73,16 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
     asked: set[str] = set()
     asking: list[asyncio.Task[None]] = []
     at_once = asyncio.Semaphore(GROUPS_ASKED_AT_ONCE)
+    ends = Ends()
 
     async def ask_about(ids: list[str]) -> None:
         async with at_once:
-            journeys.update(await walk(await _this_site(store, how.desk, ids), ask))
+            # The end of the chain first: what it proves it holds has arrived, wherever else it was.
+            held = await ends.held(ids, ask)
+            journeys.update({record_id: [answer] for record_id, answer in held.items()})
+            rest = [record_id for record_id in ids if record_id not in held]
+            if rest:
+                journeys.update(await walk(await _this_site(store, how.desk, rest), ask, ends))
 
     try:
         # Each group of files is asked about while the next are hashed: the chain's answers take the time the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataq.audit.chain import Hop, Silent, walk
+from dataq.audit.chain import Ends, Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass
 from dataq.audit.questions import Answer, CopyState, SiteState
@@ -93,3 +93,24 @@ async def test_an_id_the_first_next_site_does_not_know_is_asked_of_the_other_as_
     assert [hop.site for hop in journeys[ID] if isinstance(hop, Answer)] == ["mountain", backup]
     assert [hop.site for hop in journeys[other] if isinstance(hop, Answer)] == ["mountain", primary]
     assert asked == [(primary, [ID, other]), (backup, [ID])], "only what the first did not know"
+
+
+async def test_once_the_end_is_known_a_file_it_holds_is_asked_of_it_alone() -> None:
+    valley_at, archive_at = "127.0.0.1:9002", "127.0.0.1:9003"
+    lost = "2" * 32
+    asked: list[tuple[str, list[str]]] = []
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        asked.append((address, ids))
+        if address == valley_at:
+            return [Answer(i, DONE, "valley", (archive_at,)) for i in ids]
+        return [Answer(i, DONE, "archive", (), copy=CopyState.MISSING if i == lost else CopyState.PRESENT,
+                       path="/archive/x") for i in ids]
+
+    ends = Ends()
+    await walk({ID: Answer(ID, DONE, "mountain", (valley_at,))}, ask, ends)
+    assert ends.addresses == (archive_at,)
+    asked.clear()
+    held = await ends.held([ID, lost], ask)
+    assert list(held) == [ID] and asked == [(archive_at, [ID, lost])], "one question, to the end alone"
+    assert classify("/a", ID, [held[ID]]).file_class is FileClass.ARRIVED
