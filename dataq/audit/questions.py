@@ -167,8 +167,12 @@ class AuditDesk:
         if self.root is None or not ids:
             return {}
         with CopyIndex(self.root, self.data_dir) as index:
-            index.refresh()
             named = index.lookup(ids)
+            missing = [record_id for record_id in ids if record_id not in named]
+            # The manifests are read on only for ids the index lacks: copies stored since the last read are among
+            # them, and an audit of a healthy archive then never lists its years of manifests per question.
+            if missing and index.refresh():
+                named.update(index.lookup(missing))
         found: Copies = {}
         for record_id, copies in named.items():
             state, path = copy_state(self.root, copies)

@@ -103,3 +103,14 @@ async def test_a_site_that_cannot_read_its_manifests_says_copy_unknown_and_keeps
     assert answer.copy is CopyState.UNKNOWN
     (again,) = await ask(f"{LOOPBACK}:{archive.port}", [record.checksum])
     assert again.copy is CopyState.UNKNOWN, "the push daemon still answers"
+
+
+async def test_a_copy_stored_after_a_question_is_named_in_the_next_answer(
+        archive: RunningPush, root: Path, tmp_path: Path) -> None:
+    (record,) = [make_file(tmp_path / "valley", "late.fits", b"late frame " * 100)]
+    ask = asker("mountain", None, 5.0)
+    (before,) = await ask(f"{LOOPBACK}:{archive.port}", [record.checksum])
+    assert before.copy is None
+    storing.store_batch_sync([(record, "late.fits")], str(root))
+    (after,) = await ask(f"{LOOPBACK}:{archive.port}", [record.checksum])
+    assert (after.copy, after.path) == (CopyState.PRESENT, str(root / "late.fits"))
