@@ -60,6 +60,12 @@ class Outcome:
             return EXIT_REFUSED
         return EXIT_FOUND if self.findings else EXIT_CLEAN
 
+    def refuse(self, refusal: Refused) -> None:
+        """An audit that refused to run or to repair: why, and what it found before it refused."""
+        self.refused.append(str(refusal))
+        if refusal.report is not None:
+            self.add(refusal.report, [])
+
     def add(self, report: Report, repaired: list[Finding]) -> None:
         self.findings += report.findings
         for name, count in report.counts.items():
@@ -86,21 +92,18 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
                                  "as far as the chain could tell" if hop.older else
                                  f"{hop.site} did not answer: {hop.reason}" for hop in result.silent]
         except Refused as exc:
-            outcome.refused.append(str(exc))
-            if exc.report is not None:  # what it found, though it refused to repair
-                outcome.add(exc.report, [])
+            outcome.refuse(exc)
         finally:
             await store.close()
-    for item in roots if copies is not None else []:
-        assert copies is not None
+    for item in roots:
+        if copies is None:
+            break
         store = QueueStore.open(settings, url, item.queue)
         try:
             root_result = await audit_root(store, item.root, item.max_errors, copies, item.skip)
             outcome.add(root_result.report, root_result.repaired)
         except Refused as exc:
-            outcome.refused.append(str(exc))
-            if exc.report is not None:  # what it found, though it refused to repair
-                outcome.add(exc.report, [])
+            outcome.refuse(exc)
         finally:
             await store.close()
     report = Report(dict(sorted(outcome.counts.items())), outcome.findings)
