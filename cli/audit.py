@@ -146,31 +146,24 @@ def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tupl
              progress: bool) -> Directories:
     """The directories to audit, chosen from as their feeders choose ([feed]), with how this site asks its chain
     (as ``network_move`` hands on: its next sites, its TLS, its timeout)."""
-    from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
-    from dataq.actions.network_move import NetworkMoveAction
-    from dataq.actions.registry import options_of
-    from dataq.audit.chain import asker
+    from dataq.actions.chain_link import chain_link
     from dataq.audit.command import Directories
     from dataq.audit.dir_audit import DirectoryAudit
     from dataq.audit.questions import AuditDesk
-    from dataq.feed.link import client_tls_context
     from dataq.feed.watch import WatchOptions
 
     if len(queue_names) > 1:
         raise click.UsageError("the files of DIRECTORIES are one queue's: give --queue once")
     queue = settings.queue(queue_names[0] if queue_names else settings.feed.queue)
-    move = options_of(queue, NetworkMoveAction, settings.source)
+    link = chain_link(settings, queue)
     roots = storing_roots(settings, [queue])
-    desk = AuditDesk(settings.site, queue.max_errors, tuple(move.next_sites) if move else (),
-                     roots[0].root if roots else None, settings.data_dir)
-    tls = client_tls_context(move.handon_tls_ca, move.handon_tls_cert, move.handon_tls_key) \
-        if move is not None and move.handon_tls else None
+    desk = AuditDesk(settings.site, queue.max_errors, link.next_sites, roots[0].root if roots else None,
+                     settings.data_dir)
     feed = settings.feed
     watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude,
                             settle=feed.settle) for directory in directories]
     how = DirectoryAudit(desk, queue.rules, repair=repair, progress=progress)
-    timeout = move.handon_timeout if move is not None else DEFAULT_HANDON_TIMEOUT
-    return Directories(queue.name, watched, how, asker(settings.site, tls, timeout))
+    return Directories(queue.name, watched, how, link.asker())
 
 
 async def tell(settings: Settings, counts: dict[str, int], findings: list[Finding], repaired: list[Finding],

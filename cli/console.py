@@ -19,7 +19,6 @@ from dataq.custody.desk import ReceiptDesk
 from dataq.custody.journey import Tracer
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import ConfigError, DataqError, InvalidRecord, NotReplicated, StoreUnavailable
-from dataq.feed.link import client_tls_context
 from dataq.logs import configure_logging
 from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
@@ -297,16 +296,10 @@ def main(
 
 def _tracer(settings: Settings, queue: QueueSettings) -> Tracer:
     """How --trace asks the next sites: as this site, over the hand-on's TLS, within its timeout."""
-    from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
-    from dataq.actions.network_move import NetworkMoveAction
-    from dataq.actions.registry import options_of
+    from dataq.actions.chain_link import chain_link
 
-    options = options_of(queue, NetworkMoveAction, settings.source)
-    if options is None:
-        return Tracer(ReceiptDesk(settings.site, queue.max_errors), None, DEFAULT_HANDON_TIMEOUT)
-    tls = (client_tls_context(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key)
-           if options.handon_tls else None)
-    return Tracer(ReceiptDesk(settings.site, queue.max_errors, options.next_sites), tls, options.handon_timeout)
+    link = chain_link(settings, queue)
+    return Tracer(ReceiptDesk(settings.site, queue.max_errors, link.next_sites), link.tls, link.timeout)
 
 
 def _silence_stdout() -> None:

@@ -1,6 +1,11 @@
 """Asking the chain afresh: this site's answer about each file's record, then each next site's, site after site to
 the end of the chain (the audit questions of :mod:`dataq.audit.questions`).
 
+A site asks only its own next sites: each passes the question on to its next sites and answers with its own state
+followed by theirs (``further``), so the answer comes back along the links the records took, and a site need not
+reach any site but its next. A site that answered without passing the question on (an audit question that went
+through :data:`MAX_HOPS` sites) is asked further by the asker itself.
+
 Every id goes on to the next site, not only those this site handed on: a site that forgot a record long done (its
 ``remember_done`` passed) must not hide a copy the archive still holds. A site that cannot be asked (unreachable,
 silent, or too old to speak audit questions) ends the walk of its ids with a :class:`Silent` hop, and the
@@ -11,9 +16,8 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
-from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, SiteState, parse_answers
+from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines
 from dataq.errors import DataqError, ProtocolError
@@ -23,15 +27,13 @@ MAX_HOPS = 16
 """Sites followed at most (a chain that loops back on itself ends here)."""
 SECONDS_PER_ID = 0.002
 """Time a site is given per id asked, beyond the hand-on's timeout: 100,000 ids get 200 s more."""
+PASSED_ON_SHARE = 0.75
+"""The share of its own wait a site gives the question it passes on: its asker still hears why a site further on
+was silent, rather than timing out on it."""
+FIRST_WAIT_FACTOR = 2.0
+"""A question passed on is waited for this many times a single site's time: the sites further on answer in it."""
 
-
-@dataclass(frozen=True, slots=True)
-class Silent:
-    """A site that could not be asked about a record: why, and whether it is too old to speak audit questions."""
-
-    site: str
-    reason: str
-    older: bool = False
+__all__ = ["MAX_HOPS", "Ask", "Ends", "Hop", "Silent", "asker", "walk"]
 
 
 Hop = Answer | Silent
@@ -39,8 +41,10 @@ Ask = Callable[[str, list[str]], Awaitable[list[Answer]]]
 """Asks the push daemon at an address about ids: their answers in order (DataqError if it cannot)."""
 
 
-def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook | None = None) -> Ask:
-    """How site ``site`` asks a push daemon, over ``tls``, within ``timeout`` seconds plus a little per id."""
+def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook | None = None, *,
+          forward: int = MAX_HOPS - 2, within: float | None = None) -> Ask:
+    """How site ``site`` asks a push daemon, over ``tls``: to pass each question on ``forward`` sites further,
+    waiting ``within`` seconds (None: ``timeout`` seconds plus a little per id, twice over when passed on)."""
     book = peers or PeerBook()
 
     async def ask(address: str, ids: list[str]) -> list[Answer]:
@@ -48,10 +52,12 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
             host, port = parse_target(address)
         except ValueError as exc:
             raise DataqError(f"{address}: {exc}") from None
+        wait = within if within is not None else \
+            (timeout + SECONDS_PER_ID * len(ids)) * (FIRST_WAIT_FACTOR if forward else 1.0)
         try:
-            lines = await ask_lines(host, port, ids, site=site, tls=tls,
-                                    within=timeout + SECONDS_PER_ID * len(ids), peer=book[address],
-                                    capability=Capability.AUDIT, key=AUDIT_KEY)
+            lines = await ask_lines(host, port, ids, site=site, tls=tls, within=wait, peer=book[address],
+                                    capability=Capability.AUDIT, key=AUDIT_KEY, forward=forward,
+                                    passed_within=wait * PASSED_ON_SHARE if forward else None)
         except ValueError as exc:  # an answer line longer than the stream's limit
             raise ProtocolError(f"{address} answered with a line that is too long: {exc}") from None
         return parse_answers(lines, ids)
@@ -62,36 +68,47 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
 class Ends:
     """The addresses of the end of the chain, once a walk has reached it: later groups of files are asked there
     first, and only those it does not hold are followed site by site (a morning's audit of a healthy chain then
-    asks one site, not every site, about every file)."""
+    asks one site, not every site, about every file). An end that cannot be reached from here (a site that only
+    its previous site reaches) is not asked again."""
 
     def __init__(self) -> None:
         self.addresses: tuple[str, ...] | None = None
+        self.unreachable = False
+
+    def learn(self, hops: list[Hop]) -> None:
+        """Where the end of the chain is, from a journey that reached it: the previous site's next sites."""
+        if self.addresses is not None or self.unreachable or len(hops) < 2:
+            return
+        end, before = hops[-1], hops[-2]
+        if isinstance(end, Answer) and isinstance(before, Answer) and end.refused is None and not end.next_sites:
+            self.addresses = before.next_sites
 
     async def held(self, ids: list[str], ask: Ask) -> dict[str, Answer]:
         """The answers of the end of the chain that prove it holds a copy (none while its address is unknown,
         or when it does not answer)."""
-        if self.addresses is None or not ids:
+        if self.addresses is None or self.unreachable or not ids:
             return {}
         answered = await _first_answering(self.addresses, ids, ask)
         if isinstance(answered, Silent):
+            self.unreachable = True
             return {}
         return {answer.record_id: answer for answer in answered
                 if answer.copy is CopyState.PRESENT and not answer.next_sites}
 
 
-async def walk(first: dict[str, Answer], ask: Ask, ends: Ends | None = None) -> dict[str, list[Hop]]:
+async def walk(first: dict[str, Answer], ask: Ask, ends: Ends | None = None, *,
+               max_hops: int = MAX_HOPS) -> dict[str, list[Hop]]:
     """Each id's hops: this site's answer (``first``), then every next site's, to the end of the chain (whose
-    addresses ``ends`` learns)."""
+    addresses ``ends`` learns) or ``max_hops`` sites in all."""
     journeys: dict[str, list[Hop]] = {record_id: [answer] for record_id, answer in first.items()}
     going = list(first)
-    for _ in range(MAX_HOPS):
+    while going:
         groups: dict[tuple[str, ...], list[str]] = {}
         for record_id in going:
-            last = journeys[record_id][-1]
-            if isinstance(last, Answer) and last.next_sites and last.refused is None:
+            hops = journeys[record_id]
+            last = hops[-1]
+            if isinstance(last, Answer) and last.next_sites and last.refused is None and len(hops) < max_hops:
                 groups.setdefault(last.next_sites, []).append(record_id)
-        if not groups:
-            break
         going = []
         for addresses, ids in groups.items():
             answered = await _first_answering(addresses, ids, ask)
@@ -100,9 +117,10 @@ async def walk(first: dict[str, Answer], ask: Ask, ends: Ends | None = None) -> 
                     journeys[record_id].append(answered)
                 continue
             for record_id, answer in zip(ids, answered, strict=True):
-                journeys[record_id].append(answer)
-            if ends is not None and any(not answer.next_sites and answer.refused is None for answer in answered):
-                ends.addresses = addresses
+                hops = journeys[record_id]
+                hops += [answer, *answer.further][:max_hops - len(hops)]
+                if ends is not None:
+                    ends.learn(hops)
             going += ids
     return journeys
 

@@ -15,15 +15,14 @@ from dataq.audit.chain import Ask, Ends, Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
-from dataq.audit.questions import Answer, AuditDesk
+from dataq.audit.questions import AuditDesk
+from dataq.audit.relay import this_site
 from dataq.audit.sources import Hashed, files_of, hash_in_groups
 from dataq.errors import InvalidRecord
 from dataq.feed.watch import WatchOptions
 from dataq.record import Record, RecordRules, make_record
 from dataq.store import QueueStore
 
-WHEREABOUTS_CHUNK = 1000
-"""Ids read from this site's Redis per round trip."""
 GROUP_FILES = 5000
 """Files hashed before their records are asked about, while the next files hash."""
 GROUPS_ASKED_AT_ONCE = 2
@@ -82,7 +81,7 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
             journeys.update({record_id: [answer] for record_id, answer in held.items()})
             rest = [record_id for record_id in ids if record_id not in held]
             if rest:
-                journeys.update(await walk(await _this_site(store, how.desk, rest), ask, ends))
+                journeys.update(await walk(await this_site(store, how.desk, rest), ask, ends))
 
     try:
         # Each group of files is asked about while the next are hashed: the chain's answers take the time the
@@ -140,17 +139,6 @@ def _unreadable(hashed: list[Hashed], how: DirectoryAudit) -> tuple[list[Finding
             findings.append(Finding(item.path, "", FileClass.UNREADABLE, how.desk.site,
                                     f"cannot read it: {item.error}"))
     return findings, readable
-
-
-async def _this_site(store: QueueStore, desk: AuditDesk, ids: list[str]) -> dict[str, Answer]:
-    """This site's answer about each id, from its Redis (and its stored copies, if it stores any)."""
-    copies = await asyncio.to_thread(desk.copies, ids)
-    first: dict[str, Answer] = {}
-    for start in range(0, len(ids), WHEREABOUTS_CHUNK):
-        chunk = ids[start:start + WHEREABOUTS_CHUNK]
-        for record_id, known in zip(chunk, await store.whereabouts(chunk, desk.max_errors), strict=True):
-            first[record_id] = desk.answer(record_id, known, copies.get(record_id))
-    return first
 
 
 async def _repair(store: QueueStore, readable: list[Hashed], report: Report, how: DirectoryAudit) -> list[Finding]:

@@ -20,6 +20,11 @@ there with the size the manifest gives (:mod:`dataq.audit.copy_index`), or ``unk
 its manifests; ``copy`` is absent where no manifest names one. A malformed
 line or id is answered ``Error: audit: ...``, as receipts are.
 
+A question with ``"forward": N`` (and ``"within": SECONDS``, how long its asker waits) is passed on along the chain
+(:mod:`dataq.audit.relay`): the answer about each id then adds, under ``further``, the answers of the sites after
+this one in chain order, each an answer object as above (a refusal: ``{"id", "site", "refused"}``) or, for a site
+that could not be asked, ``{"site": ADDRESS, "silent": WHY, "older": BOOL}``.
+
 Only a push daemon whose handshake names ``audit`` (:class:`~dataq.handshake.Capability`) is asked.
 """
 
@@ -31,13 +36,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dataq.audit.copy_index import CopyIndex, copy_state
-from dataq.custody.receipts import ReceiptQuery
+from dataq.custody.receipts import AUDIT_QUESTION_KEY, ReceiptQuery
 from dataq.errors import InvalidRecord, ProtocolError
+from dataq.logs import get_logger
 from dataq.protocol import ERROR_PREFIX, clean_message
 from dataq.store import CustodyEntry, Known, Lost, Tracked
 from dataq.store.remembered import Done
 
-AUDIT_KEY: Final = "audit"
+AUDIT_KEY: Final = AUDIT_QUESTION_KEY
 ERROR_BYTES: Final = ERROR_PREFIX.encode()
 MARK: Final = b'{"audit"'
 """How every audit question starts (the client writes it so): the push daemon tells it from a record by this."""
@@ -65,14 +71,31 @@ class CopyState(enum.StrEnum):
     """The site stores copies but could not read its manifests to say (the audit cannot call it arrived)."""
 
 
+log = get_logger()
+
+
 def is_question(line: bytes) -> bool:
     """Whether a wire line is an audit question (checked before it is read as a record)."""
     return line.startswith(MARK)
 
 
 @dataclass(frozen=True, slots=True)
+class Silent:
+    """A site that could not be asked about a record (its address): why, and whether it is too old to speak audit
+    questions."""
+
+    site: str
+    reason: str
+    older: bool = False
+
+    def value(self) -> dict[str, Any]:
+        return {"site": self.site, "silent": clean_message(self.reason), "older": self.older}
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
-    """One site's answer about one id (``refused``: why the id was refused, and nothing else is said)."""
+    """One site's answer about one id (``refused``: why the id was refused, and nothing else is said), and, when
+    the question was passed on, the answers of the sites after it (``further``: theirs, or who was silent)."""
 
     record_id: str
     state: SiteState
@@ -83,11 +106,18 @@ class Answer:
     copy: CopyState | None = None
     path: str | None = None
     refused: str | None = None
+    further: tuple[Answer | Silent, ...] = ()
 
     def line(self) -> str:
         """The answer line, with its newline."""
         if self.refused is not None:
             return f"{ERROR_PREFIX}{clean_message(self.refused)}\n"
+        return json.dumps(self.value(), separators=(",", ":"), ensure_ascii=False) + "\n"
+
+    def value(self) -> dict[str, Any]:
+        """The answer as a JSON object (a refusal in ``further`` is one with its ``refused``)."""
+        if self.refused is not None:
+            return {"id": self.record_id, "site": self.site, "refused": clean_message(self.refused)}
         value: dict[str, Any] = {"id": self.record_id, AUDIT_KEY: self.state.value, "site": self.site}
         if self.next_sites:
             value["next"] = list(self.next_sites)
@@ -98,7 +128,9 @@ class Answer:
         if self.copy is not None:
             value["copy"] = self.copy.value
             value["path"] = self.path
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False) + "\n"
+        if self.further:
+            value["further"] = [hop.value() for hop in self.further]
+        return value
 
 
 def parse_answer(line: bytes | str, record_id: str) -> Answer:
@@ -139,11 +171,22 @@ def parse_answers(lines: list[bytes], ids: list[str]) -> list[Answer]:
     return answers
 
 
-def _answer_of(value: dict[str, Any]) -> Answer:
+def _answer_of(value: dict[str, Any], *, nested: bool = False) -> Answer:
+    if nested and "refused" in value:
+        return Answer(str(value["id"]), SiteState.UNKNOWN, str(value.get("site", "")), refused=str(value["refused"]))
     at, copy = value.get("at"), value.get("copy")
+    further = () if nested else tuple(_hop_of(item) for item in value.get("further", ()))
     return Answer(str(value["id"]), SiteState(value[AUDIT_KEY]), str(value.get("site", "")),
                   tuple(str(site) for site in value.get("next", ())), float(at) if at is not None else None,
-                  value.get("error"), CopyState(copy) if copy is not None else None, value.get("path"))
+                  value.get("error"), CopyState(copy) if copy is not None else None, value.get("path"),
+                  further=further)
+
+
+def _hop_of(value: dict[str, Any]) -> Answer | Silent:
+    """One of an answer's ``further`` hops (flat: theirs are listed in the first answer's, in chain order)."""
+    if "silent" in value:
+        return Silent(str(value["site"]), str(value["silent"]), bool(value.get("older", False)))
+    return _answer_of(value, nested=True)
 
 
 Copies = dict[str, tuple[CopyState, str]]
@@ -178,6 +221,16 @@ class AuditDesk:
             state, path = copy_state(self.root, copies)
             found[record_id] = (CopyState(state), path)
         return found
+
+    def copies_said(self, ids: list[str]) -> Copies:
+        """:meth:`copies`, or, when the manifests cannot be read, each id's copy said ``unknown`` (and logged): an
+        answer without a copy would read as "done, and keeps no manifest"."""
+        try:
+            return self.copies(ids)
+        except Exception as exc:  # whatever a root's files hold, a push daemon must not die of it
+            log.warning("cannot read the storing root's manifests to answer an audit question", error=repr(exc),
+                        root=self.root)
+            return dict.fromkeys(ids, (CopyState.UNKNOWN, ""))
 
     def answer(self, record_id: str, known: Known, copy: tuple[CopyState, str] | None) -> Answer:
         """What this site holds of ``record_id``."""

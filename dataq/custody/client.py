@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dataq.custody.receipts import RECEIPTS_KEY, Receipt, ReceiptKind, parse_answer, query_line
 from dataq.errors import DataqError, ProtocolError
@@ -53,9 +53,11 @@ async def ask(host: str, port: int, ids: Sequence[str], *, site: str, tls: ssl.S
 
 
 async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls: ssl.SSLContext | None,
-                    within: float, peer: Peer | None, capability: Capability, key: str) -> list[bytes]:
+                    within: float, peer: Peer | None, capability: Capability, key: str, forward: int = 0,
+                    passed_within: float | None = None) -> list[bytes]:
     """The answer lines of a push daemon that speaks ``capability`` to the question lines under ``key`` about
-    ``ids``, one per id, in order (see :func:`ask` for the errors)."""
+    ``ids``, one per id, in order (see :func:`ask` for the errors); audit questions are passed on ``forward``
+    sites further, each given ``passed_within`` seconds."""
     try:
         async with asyncio.timeout(within):
             reader, writer = await asyncio.open_connection(host, port, ssl=tls)
@@ -65,7 +67,8 @@ async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls:
                     peer.learned(greeting)
                 if not greeting.speaks(capability):
                     raise NotSpoken(greeting, capability)
-                return await _exchange(reader, writer, ids, site, key)
+                return await _exchange(reader, writer, ids,
+                                       lambda part: query_line(part, site, key, forward=forward, within=passed_within))
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, ssl.SSLError):
@@ -77,11 +80,11 @@ async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls:
         raise FeedError(f"cannot ask {host}:{port} {key} questions: {exc}") from exc
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ids: Sequence[str], site: str,
-                    key: str) -> list[bytes]:
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ids: Sequence[str],
+                    line_of: Callable[[list[str]], bytes]) -> list[bytes]:
     async def send() -> None:
         for start in range(0, len(ids), IDS_PER_LINE):
-            writer.write(query_line(list(ids[start:start + IDS_PER_LINE]), site, key))
+            writer.write(line_of(list(ids[start:start + IDS_PER_LINE])))
             await writer.drain()
 
     # Sent while the answers are read: an audit asks about 100,000 ids, and a daemon whose answers nobody reads

@@ -60,6 +60,10 @@ class ReceiptKind(enum.StrEnum):
 
 
 _MARKER: Final = b'"receipts"'
+AUDIT_QUESTION_KEY: Final = "audit"
+"""The key of an audit question (:mod:`dataq.audit.questions`, which this module cannot import)."""
+FORWARD_KEYS: Final = ("forward", "within")
+"""The keys only an audit question may carry: it is passed on along the chain."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,10 @@ class ReceiptQuery:
     ids: list[str | InvalidRecord]
     asker: str | None = None
     key: str = RECEIPTS_KEY
+    forward: int = 0
+    """An audit question: how many sites further on the answering site passes it on to (0: none)."""
+    within: float | None = None
+    """An audit question passed on: the seconds its asker waits for the answers."""
 
     @property
     def valid(self) -> list[str]:
@@ -91,9 +99,10 @@ def parse_query(line: bytes, rules: RecordRules, key: str = RECEIPTS_KEY) -> Rec
         raise InvalidRecord(f"{topic}not a JSON object: {exc}") from None
     if not isinstance(value, dict) or key not in value:
         raise InvalidRecord(f"{topic}the line must be a JSON object with the key {key!r}")
-    unknown = sorted(set(value) - {key, "site"})
+    allowed = {key, "site", *FORWARD_KEYS} if key == AUDIT_QUESTION_KEY else {key, "site"}
+    unknown = sorted(set(value) - allowed)
     if unknown:
-        raise InvalidRecord(f"{topic}unknown key {unknown[0]!r}; the keys are {key!r} and 'site'")
+        raise InvalidRecord(f"{topic}unknown key {unknown[0]!r}; the keys are {', '.join(map(repr, sorted(allowed)))}")
     ids, asker = value[key], value.get("site")
     if not isinstance(ids, list):
         raise InvalidRecord(f"{topic}{key!r} must be a list of ids")
@@ -101,6 +110,12 @@ def parse_query(line: bytes, rules: RecordRules, key: str = RECEIPTS_KEY) -> Rec
         raise InvalidRecord(f"{topic}{len(ids)} ids in one line; at most {MAX_RECEIPT_IDS}")
     if asker is not None and not isinstance(asker, str):
         raise InvalidRecord(f"{topic}'site' must be a string")
+    forward, within = value.get("forward", 0), value.get("within")
+    if not isinstance(forward, int) or isinstance(forward, bool) or forward < 0:
+        raise InvalidRecord(f"{topic}'forward' must be a whole number of sites, 0 or more")
+    if within is not None and (not isinstance(within, (int, float)) or isinstance(within, bool)
+                               or not 0 < within < float("inf")):
+        raise InvalidRecord(f"{topic}'within' must be a positive number of seconds")
     checked: list[str | InvalidRecord] = []
     for item in ids:
         if not isinstance(item, str):
@@ -110,12 +125,19 @@ def parse_query(line: bytes, rules: RecordRules, key: str = RECEIPTS_KEY) -> Rec
             checked.append(rules.check_checksum(item))
         except InvalidRecord as exc:
             checked.append(InvalidRecord(f"{topic}{exc}"))
-    return ReceiptQuery(checked, asker, key)
+    return ReceiptQuery(checked, asker, key, forward, float(within) if within is not None else None)
 
 
-def query_line(ids: list[str], site: str, key: str = RECEIPTS_KEY) -> bytes:
-    """The receipts line (``key`` ``"audit"``: the audit question) a site sends about ``ids``, with its newline."""
-    return json.dumps({key: ids, "site": site}, separators=(",", ":")).encode() + b"\n"
+def query_line(ids: list[str], site: str, key: str = RECEIPTS_KEY, *, forward: int = 0,
+               within: float | None = None) -> bytes:
+    """The receipts line (``key`` ``"audit"``: the audit question, passed on ``forward`` sites further, whose
+    asker waits ``within`` seconds) a site sends about ``ids``, with its newline."""
+    value: dict[str, Any] = {key: ids, "site": site}
+    if forward:
+        value["forward"] = forward
+    if within is not None:
+        value["within"] = round(within, 3)
+    return json.dumps(value, separators=(",", ":")).encode() + b"\n"
 
 
 @dataclass(frozen=True, slots=True)

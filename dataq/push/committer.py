@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dataq.audit.questions import AUDIT_KEY, AuditDesk, Copies, CopyState
+from dataq.audit.questions import AUDIT_KEY, AuditDesk, Copies
 from dataq.custody.desk import ReceiptDesk
 from dataq.custody.receipts import ReceiptQuery
 from dataq.errors import NotReplicated, StoreError
@@ -281,15 +281,8 @@ class Committer:
                 await backoff.wait()
 
     async def _copies(self, ids: list[str]) -> Copies:
-        """The stored copies of ``ids`` (audit questions), read off the event loop; what cannot be read is
-        answered as named by no manifest, and logged."""
-        try:
-            return await asyncio.to_thread(self.audit_desk.copies, ids)
-        except Exception as exc:  # whatever a root's files hold, the push daemon must not die of it
-            log.warning("cannot read the storing root's manifests to answer an audit question", error=repr(exc),
-                        root=self.audit_desk.root)
-            # Said as such: an answer without a copy would read as "done, and keeps no manifest".
-            return dict.fromkeys(ids, (CopyState.UNKNOWN, ""))
+        """The stored copies of ``ids`` (audit questions), read off the event loop."""
+        return await asyncio.to_thread(self.audit_desk.copies_said, ids)
 
     async def _push(self, items: list[Item], now: float, replays: list[Replay], *, retry: bool,
                     on_written: Callable[[], None]) -> _Stored:

@@ -19,7 +19,9 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import cast
 
+from dataq.actions.chain_link import chain_link
 from dataq.audit.questions import AuditDesk
+from dataq.audit.relay import Relay
 from dataq.config import PushSettings, QueueSettings, Settings
 from dataq.custody.desk import ReceiptDesk
 from dataq.embedded.locate import resolve_redis
@@ -91,7 +93,8 @@ class PushDaemon:
         # Audit questions are answered with this site's own next sites, custody or not, and its stored copies.
         stored_under = queue.action_options.get("disk_store", {}).get("root") or \
             queue.action_options.get("archive_ingest", {}).get("archive_root")
-        audit_desk = AuditDesk(settings.site, queue.max_errors, tuple(str(site) for site in move.get("next_sites", ())),
+        link = chain_link(settings, queue)
+        audit_desk = AuditDesk(settings.site, queue.max_errors, link.next_sites,
                                str(stored_under) if stored_under else None, settings.data_dir)
         self.committer = Committer(store, self.gate, batch_max=push.batch_max, after_batch=self._after_batch,
                                    depth=REPLICATED_PIPELINE_DEPTH if store.replication.enabled else PIPELINE_DEPTH,
@@ -105,6 +108,7 @@ class PushDaemon:
             batch_max=push.batch_max,
             idle_timeout=push.idle_timeout,
             tls=self.tls is not None,
+            relay=Relay(store, audit_desk, link.asker if link.next_sites else None),
         )
         self.ops = DaemonOps(settings, queue.name, "push", self._totals, notifier=notifier)
         self.supervisor = Supervisor(stop)

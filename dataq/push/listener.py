@@ -18,13 +18,15 @@ from typing import cast
 
 from dataq.addresses import peer_text
 from dataq.audit.questions import AUDIT_KEY, is_question
-from dataq.custody.receipts import is_query, parse_query
+from dataq.audit.relay import Relay
+from dataq.custody.receipts import ReceiptQuery, is_query, parse_query
 from dataq.errors import InvalidRecord
 from dataq.handshake import Capability, is_hello, parse_hello
 from dataq.logs import get_logger
 from dataq.protocol import TOO_MANY_CONNECTIONS, LineFramer, OverLong, error_reply
 from dataq.push.committer import Committer, Entry
 from dataq.push.gate import BLOCK_STOPPING, Gate
+from dataq.push.relayed import ONLY_QUESTIONS, RelayedQuestions
 from dataq.record import RecordRules, parse_line
 
 CONNECTION_WINDOW = 10_000
@@ -48,6 +50,7 @@ class Listener:
         idle_timeout: float,
         tls: bool = False,
         window: int = CONNECTION_WINDOW,
+        relay: Relay | None = None,
     ) -> None:
         self.committer = committer
         self.gate = gate
@@ -58,6 +61,8 @@ class Listener:
         self.idle_timeout = idle_timeout
         self.tls = tls
         self.window = window
+        self.relay = relay
+        """Answers the audit questions to pass on along the chain (None: they are answered as this site's alone)."""
         self.connections: set[FeederConnection] = set()
         self.accepted = 0
         self.refused = 0
@@ -136,6 +141,12 @@ class FeederConnection(asyncio.Protocol):
         self.speaks: frozenset[Capability] = frozenset()
         """What the peer said it speaks in its hello (nothing: a feeder of the 2014 form, or older than the
         handshake)."""
+        self.committing = 0
+        """Lines submitted to the committer, not answered yet."""
+        self._committed = asyncio.Event()
+        self._committed.set()
+        self.relayed: RelayedQuestions | None = None
+        """This connection's questions to pass on, once it asked one (it then carries nothing else)."""
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
 
@@ -190,6 +201,8 @@ class FeederConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.relayed is not None:
+            self.relayed.close()
         if self.admitted:
             self.listener.forget(self)
             self.log.debug("feeder disconnected", in_flight=self.in_flight, error=str(exc) if exc else None)
@@ -198,6 +211,13 @@ class FeederConnection(asyncio.Protocol):
 
     def deliver(self, payload: bytes, count: int) -> None:
         """Replies from the committer, in line order."""
+        self.committing -= count
+        if not self.committing:
+            self._committed.set()
+        self._write(payload, count)
+
+    def _write(self, payload: bytes, count: int) -> None:
+        """The replies of ``count`` lines, in line order."""
         self.in_flight -= count
         if self.closed or self.transport is None:
             return
@@ -262,14 +282,36 @@ class FeederConnection(asyncio.Protocol):
         if not self.in_flight and (self.eof or self.listener.stopping):
             self.close()
 
+    def _commit(self, entries: list[Entry], records: int) -> None:
+        self.in_flight += len(entries)
+        self.committing += len(entries)
+        self._committed.clear()
+        self.listener.committer.submit(self, entries, records)
+
+    async def _lines_before_answered(self) -> None:
+        await self._committed.wait()
+
+    def _relay(self, item: ReceiptQuery | str) -> None:
+        """A line of an audit connection: a question to pass on, or why the line in its place is refused."""
+        relay = self.listener.relay
+        if self.relayed is None:
+            assert relay is not None
+            self.relayed = RelayedQuestions(relay, self._write, self._lines_before_answered, self.abort)
+            self.log.debug("an audit connection: passing its questions on")
+        self.in_flight += 1
+        self.relayed.add(item)
+
     def _submit(self, lines: Iterable[bytes | OverLong]) -> None:
         listener = self.listener
-        rules, batch_max, committer = listener.rules, listener.batch_max, listener.committer
+        rules, batch_max = listener.rules, listener.batch_max
         entries: list[Entry] = []
         records = 0
         for line in lines:
             if isinstance(line, bytes):
                 try:
+                    if self.relayed is not None:
+                        self._relay(parse_query(line, rules, AUDIT_KEY) if is_question(line) else ONLY_QUESTIONS)
+                        continue
                     if is_hello(line):
                         hello = parse_hello(line)
                         self.speaks = hello.capabilities
@@ -283,7 +325,14 @@ class FeederConnection(asyncio.Protocol):
                         entries.append(hello)
                         continue
                     if is_question(line):
-                        entries.append(parse_query(line, rules, AUDIT_KEY))
+                        query = parse_query(line, rules, AUDIT_KEY)
+                        if query.forward and listener.relay is not None:
+                            if entries:
+                                self._commit(entries, records)
+                                entries, records = [], 0
+                            self._relay(query)
+                        else:
+                            entries.append(query)
                         continue
                     if is_query(line):
                         entries.append(parse_query(line, rules))
@@ -291,17 +340,18 @@ class FeederConnection(asyncio.Protocol):
                     entries.append(parse_line(line, rules))
                     records += 1
                     if records >= batch_max:
-                        self.in_flight += len(entries)
-                        committer.submit(self, entries, records)
+                        self._commit(entries, records)
                         entries, records = [], 0
                     continue
                 except InvalidRecord as exc:
                     message = str(exc)
             else:
                 message = f"line longer than {listener.max_line_bytes} bytes"
-            entries.append(message)
+            if self.relayed is not None:
+                self._relay(message)
+            else:
+                entries.append(message)
             self.log.warning("refused a record line", error=message)
         if entries:
-            self.in_flight += len(entries)
-            committer.submit(self, entries, records)
+            self._commit(entries, records)
         self.update_reading()

@@ -1,7 +1,8 @@
 """The morning after, on a real three-site chain on loopback (:mod:`testbed.cascade`): 200 files delivered, then
 files written at the mountain and never fed, archive copies deleted and damaged, a file dropped into the archive by
 hand. Each site's audit classifies every file exactly, the repairs bring every file back intact at the archive,
-and a second audit at each site finds nothing but the dark file."""
+and a second audit at each site finds nothing but the dark file. A site asks only its next site, which passes the
+questions on: a site further on that is down is said so by the site before it."""
 
 from __future__ import annotations
 
@@ -133,3 +134,15 @@ async def test_a_next_site_that_does_not_answer_makes_its_files_unknown_not_lost
         assert stderr.count("did not answer") == 1, "said once, not per file"
         missing = audit(mountain, str(tmp_path / "no-such-night"))
         assert missing[0] == 2 and "is not a directory" in missing[3]
+
+        # The archive down: the valley, which passes the mountain's questions on, says so for it.
+        valley.up()
+        archive.down()
+        silent = f"site 127.0.0.1:{archive.port} did not answer"
+
+        async def said_by_the_valley() -> bool:
+            status, found, summary, _ = await asyncio.to_thread(audit, mountain, str(night))
+            return status == 1 and summary == {"unknown": 20} and all(
+                item["detail"].startswith(silent) for item in found)
+
+        await eventually(said_by_the_valley, timeout=FLOW_TIMEOUT, what="the archive said silent by the valley")

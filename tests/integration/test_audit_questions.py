@@ -33,7 +33,8 @@ async def archive(redis_url: str, tmp_path: Path, root: Path) -> AsyncIterator[R
     """The push daemon of site "archive", whose queue stores under ``root`` and hands on to :data:`NEXT`."""
     settings = push_settings(redis_url, tmp_path / "data")
     queue = QueueSettings(QUEUE, actions=("disk_store", "network_move"), action_options={
-        "disk_store": {"root": str(root)}, "network_move": {"destination": "/tmp", "next_sites": [NEXT]}})
+        "disk_store": {"root": str(root)}, "network_move": {"destination": "/tmp", "next_sites": [NEXT],
+                                                    "next_path": "/tmp/{name}"}})
     daemon = await start_push(dataclasses.replace(settings, site="archive", queues={QUEUE: queue}))
     yield daemon
     await daemon.shutdown()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from dataq.audit.chain import Ends, Hop, Silent, walk
+from dataq.audit.chain import MAX_HOPS, Ends, Hop, Silent, walk
 from dataq.audit.classify import classify
 from dataq.audit.findings import FileClass
-from dataq.audit.questions import Answer, CopyState, SiteState
+from dataq.audit.questions import Answer, CopyState, SiteState, parse_answers
+from dataq.errors import DataqError
 
 ID = "0" * 32
 VALLEY, ARCHIVE = ("127.0.0.1:9002",), ("127.0.0.1:9003",)
@@ -114,3 +115,61 @@ async def test_once_the_end_is_known_a_file_it_holds_is_asked_of_it_alone() -> N
     held = await ends.held([ID, lost], ask)
     assert list(held) == [ID] and asked == [(archive_at, [ID, lost])], "one question, to the end alone"
     assert classify("/a", ID, [held[ID]]).file_class is FileClass.ARRIVED
+
+
+def test_an_answer_passed_on_carries_the_answers_after_it_through_the_wire() -> None:
+    silent = Silent("127.0.0.1:9004", "cannot connect: refused")
+    refused = Answer(ID, UNKNOWN, "lake", refused="audit: checksum ... does not match")
+    answer = Answer(ID, DONE, "valley", ARCHIVE, 1_800_000_100.0,
+                    further=(archive(DONE, CopyState.PRESENT), refused, silent))
+    (read,) = parse_answers([answer.line().encode()], [ID])
+    assert read == answer
+
+
+async def test_a_next_site_that_passes_the_question_on_is_the_only_one_asked() -> None:
+    asked: list[str] = []
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        asked.append(address)
+        return [Answer(i, DONE, "valley", ARCHIVE, further=(archive(DONE, CopyState.PRESENT),)) for i in ids]
+
+    journeys = await walk({ID: mountain(DONE)}, ask)
+    assert [hop.site for hop in journeys[ID] if isinstance(hop, Answer)] == ["mountain", "valley", "archive"]
+    assert asked == list(VALLEY)
+
+
+async def test_past_a_site_that_did_not_pass_the_question_on_the_asker_goes_on_itself() -> None:
+    asked: list[str] = []
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        asked.append(address)
+        return [valley(DONE) if address in VALLEY else archive(DONE, CopyState.PRESENT) for _ in ids]
+
+    journeys = await walk({ID: mountain(DONE)}, ask)
+    assert classify("/a", ID, journeys[ID]).file_class is FileClass.ARRIVED
+    assert asked == [*VALLEY, *ARCHIVE]
+
+
+async def test_a_chain_that_loops_back_on_itself_ends_after_max_hops() -> None:
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        return [Answer(i, DONE, "loop", VALLEY) for i in ids]
+
+    journeys = await walk({ID: mountain(DONE)}, ask)
+    assert len(journeys[ID]) == MAX_HOPS
+
+
+async def test_an_end_that_cannot_be_reached_from_here_is_not_asked_again() -> None:
+    asked: list[str] = []
+
+    async def ask(address: str, ids: list[str]) -> list[Answer]:
+        asked.append(address)
+        if address in ARCHIVE:
+            raise DataqError("cannot connect: no route to host")
+        return [Answer(i, DONE, "valley", ARCHIVE, further=(archive(DONE, CopyState.PRESENT),)) for i in ids]
+
+    ends = Ends()
+    await walk({ID: mountain(DONE)}, ask, ends)
+    assert ends.addresses == ARCHIVE
+    assert await ends.held([ID], ask) == {}
+    assert await ends.held([ID], ask) == {}
+    assert asked == [*VALLEY, *ARCHIVE], "the end was tried once"

@@ -1,0 +1,86 @@
+"""Passing audit questions on along the chain: the answer a site gives about each id is its own state followed by
+the answers of the sites after it, which it asks itself (:func:`~dataq.audit.chain.walk`), so that an auditing
+site needs to reach only its own next sites, as its records do.
+
+A push daemon answers an audit question that asks it to pass it on (``"forward": N``, N sites further at most)
+here rather than in its committer: asking the next sites takes round trips, and the records of every other
+connection must not wait for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from dataq.audit.chain import Ask, walk
+from dataq.audit.questions import Answer, AuditDesk, SiteState
+from dataq.custody.receipts import ReceiptQuery
+from dataq.errors import InvalidRecord, StoreError
+from dataq.logs import get_logger
+from dataq.store import QueueStore
+
+WHEREABOUTS_CHUNK = 1000
+"""Ids read from this site's Redis per round trip."""
+
+AskFor = Callable[[int, float | None], Ask]
+"""How this site asks its next sites, passing each question on so many sites further, within so many seconds."""
+
+log = get_logger()
+
+
+async def this_site(store: QueueStore, desk: AuditDesk, ids: list[str]) -> dict[str, Answer]:
+    """This site's answer about each id, from its Redis and its stored copies (if it stores any); StoreError if
+    Redis cannot be read."""
+    copies = await asyncio.to_thread(desk.copies_said, ids)
+    first: dict[str, Answer] = {}
+    for start in range(0, len(ids), WHEREABOUTS_CHUNK):
+        chunk = ids[start:start + WHEREABOUTS_CHUNK]
+        for record_id, known in zip(chunk, await store.whereabouts(chunk, desk.max_errors), strict=True):
+            first[record_id] = desk.answer(record_id, known, copies.get(record_id))
+    return first
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """Answers the audit questions a site is asked to pass on, as ``desk``'s site, asking its next sites with
+    ``ask_for`` (None: it has no way to, and answers for itself alone)."""
+
+    store: QueueStore
+    desk: AuditDesk
+    ask_for: AskFor | None = None
+
+    async def answer(self, queries: list[ReceiptQuery], within: float | None = None) -> list[str]:
+        """The answer lines of each question, in order (one line per id), asking the next sites about all of
+        their ids at once within ``within`` seconds (None: as each question says)."""
+        ids = list(dict.fromkeys(record_id for query in queries for record_id in query.valid))
+        try:
+            first = await this_site(self.store, self.desk, ids)
+        except StoreError as exc:
+            log.warning("cannot read this site's records to answer an audit question", error=str(exc))
+            return [_refused(query, f"audit: {self.desk.site or 'this site'} cannot read its records: {exc}")
+                    for query in queries]
+        forward = max((query.forward for query in queries), default=0)
+        if forward and self.desk.next_sites and self.ask_for is not None and first:
+            if within is None:
+                within = min((query.within for query in queries if query.within is not None), default=None)
+            journeys = await walk(first, self.ask_for(forward - 1, within), max_hops=forward + 1)
+            first = {record_id: replace(answer, further=tuple(journeys[record_id][1:]))
+                     for record_id, answer in first.items()}
+        return [self._lines(query, first) for query in queries]
+
+    def _lines(self, query: ReceiptQuery, answers: dict[str, Answer]) -> str:
+        parts = []
+        for item in query.ids:
+            if isinstance(item, InvalidRecord):
+                parts.append(Answer("", SiteState.UNKNOWN, self.desk.site, refused=str(item)).line())
+            else:
+                parts.append(answers[item].line())
+        return "".join(parts)
+
+
+def _refused(query: ReceiptQuery, why: str) -> str:
+    """Every id of ``query`` refused with ``why`` (each id is answered, so the asker's count of lines holds)."""
+    return "".join(Answer("", SiteState.UNKNOWN, "", refused=str(item) if isinstance(item, InvalidRecord) else why)
+                   .line() for item in query.ids)
+
