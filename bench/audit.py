@@ -15,7 +15,9 @@ turn (the order alternating by round, each after a ``sync``):
 
 The page cache holds the files in every run (the machine has the memory): the ratio compares the work, not the
 disk. Goal: the audit within 1.3 times md5sum's time. The table gives medians; each audit must find every file
-``arrived``.
+``arrived``. A second table splits the CPU time of each run by process (the audit, the archive's push daemon that
+answers it, the two redis-servers, md5sum's processes): on a machine whose every core hashes, the wall time cannot
+fall below the CPU time over the cores.
 
 Run it::
 
@@ -30,6 +32,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -61,6 +64,15 @@ class Scenario:
     audit: list[float] = field(default_factory=list)
     md5sum: list[float] = field(default_factory=list)
     rsync: list[float] = field(default_factory=list)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    """CPU seconds per audit run, by process; ``md5sum``: per md5sum run."""
+
+    def cpu_row(self) -> str:
+        cpu = {name: statistics.median(times) for name, times in self.cpu.items()}
+        ours = cpu["audit"] + cpu["archive push"] + cpu["redis"]
+        cores = os.cpu_count() or 1
+        return (f"| {self.label} | {cpu['audit']:.2f} | {cpu['archive push']:.2f} | {cpu['redis']:.2f} | {ours:.2f} "
+                f"| {cpu['md5sum']:.2f} | {ours / cores:.2f} | {1e6 * (ours - cpu['md5sum']) / self.count:.1f} |")
 
     def row(self) -> str:
         audit, md5sum, rsync = (statistics.median(times) for times in (self.audit, self.md5sum, self.rsync))
@@ -108,17 +120,39 @@ async def done_at(url: str, records: list[Record], source: str) -> None:
         await store.close()
 
 
-def timed(argv: list[str], **kwargs: object) -> float:
-    started = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pids: list[int]) -> float:
+    """CPU seconds the running processes ``pids`` have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def timed(argv: list[str], cpu: list[float] | None = None, **kwargs: object) -> float:
+    started, used = time.perf_counter(), children_cpu()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    if cpu is not None:
+        cpu.append(children_cpu() - used)
     return time.perf_counter() - started
 
 
-def audit_once(config: Path, tree: Path, count: int) -> float:
-    started = time.perf_counter()
+def audit_once(config: Path, tree: Path, count: int, cpu: dict[str, list[float]], push: int,
+               redis: list[int]) -> float:
+    started, used = time.perf_counter(), children_cpu()
+    push_used, redis_used = process_cpu([push]), process_cpu(redis)
     done = subprocess.run([sys.executable, "-c", "from dataq.cli.main import main; main()", "audit", "--config",
                            str(config), "--json", str(tree)], capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
+    cpu.setdefault("audit", []).append(children_cpu() - used)
+    cpu.setdefault("archive push", []).append(process_cpu([push]) - push_used)
+    cpu.setdefault("redis", []).append(process_cpu(redis) - redis_used)
     summary = json.loads(done.stdout.splitlines()[-1])["summary"] if done.stdout else {}
     if done.returncode != 0 or summary != {"arrived": count}:
         raise SystemExit(f"the audit found something: {done.returncode} {summary} {done.stdout[-2000:]} "
@@ -156,10 +190,11 @@ def one_scenario(scenario: Scenario, rounds: int, work: Path) -> None:
                                  str(archive_config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(2.0)
         cpus = str(os.cpu_count() or 1)
+        redis = [server.pid for server in servers if server.pid is not None]
         runs = [
-            (scenario.audit, lambda: audit_once(mountain_config, tree, scenario.count)),
+            (scenario.audit, lambda: audit_once(mountain_config, tree, scenario.count, scenario.cpu, push.pid, redis)),
             (scenario.md5sum, lambda: timed(["sh", "-c", f"find {tree} -type f -print0 | xargs -0 -P {cpus} -n 256 "
-                                                         "md5sum"])),
+                                                         "md5sum"], scenario.cpu.setdefault("md5sum", []))),
             (scenario.rsync, lambda: timed(["rsync", "-anc", f"{tree}/", f"{mirror}/"])),
         ]
         for round_no in range(rounds):
@@ -197,6 +232,15 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for scenario in scenarios:
         print(scenario.row())
+    print()
+    print("CPU seconds per run (medians): the audit's processes against md5sum's; the wall time cannot fall below "
+          "the CPU time over the cores")
+    print()
+    print("| files | audit process | archive push daemon | redis-servers | audit, all | md5sum | audit CPU / cores "
+          "| µs of CPU per file beyond md5sum |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for scenario in scenarios:
+        print(scenario.cpu_row())
     print()
     print(f"rerun: .venv/bin/python bench/audit.py --small {args.small} --large {args.large} --rounds {args.rounds}")
 

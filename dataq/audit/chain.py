@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines
-from dataq.errors import DataqError, ProtocolError
+from dataq.errors import DataqError
 from dataq.handshake import Capability, PeerBook
 
 MAX_HOPS = 16
@@ -54,12 +54,9 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
             raise DataqError(f"{address}: {exc}") from None
         wait = within if within is not None else \
             (timeout + SECONDS_PER_ID * len(ids)) * (FIRST_WAIT_FACTOR if forward else 1.0)
-        try:
-            lines = await ask_lines(host, port, ids, site=site, tls=tls, within=wait, peer=book[address],
-                                    capability=Capability.AUDIT, key=AUDIT_KEY, forward=forward,
-                                    passed_within=wait * PASSED_ON_SHARE if forward else None)
-        except ValueError as exc:  # an answer line longer than the stream's limit
-            raise ProtocolError(f"{address} answered with a line that is too long: {exc}") from None
+        lines = await ask_lines(host, port, ids, site=site, tls=tls, within=wait, peer=book[address],
+                                capability=Capability.AUDIT, key=AUDIT_KEY, forward=forward,
+                                passed_within=wait * PASSED_ON_SHARE if forward else None)
         return parse_answers(lines, ids)
 
     return ask

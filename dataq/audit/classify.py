@@ -28,6 +28,11 @@ HAD_IT = frozenset({SiteState.DONE, SiteState.LOST, SiteState.CUSTODY})
 
 def classify(path: str, record_id: str, hops: list[Hop]) -> Finding:
     """The class of the file at ``path`` (its record ``record_id``), from its hops, this site's first."""
+    last = hops[-1] if hops else None
+    if isinstance(last, Answer) and last.copy is CopyState.PRESENT and not last.next_sites and all(
+            isinstance(hop, Answer) and hop.refused is None for hop in hops):
+        # The common case first (the end of the chain holds the file): an audit classifies 100,000 files.
+        return Finding(path, record_id, FileClass.ARRIVED, last.site, "")
     answers = [hop for hop in hops if isinstance(hop, Answer) and hop.refused is None]
     silent = next((hop for hop in hops if isinstance(hop, Silent)), None)
     refused = next((hop for hop in hops if isinstance(hop, Answer) and hop.refused is not None), None)

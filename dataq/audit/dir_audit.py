@@ -17,7 +17,7 @@ from dataq.audit.findings import FileClass, Finding, Report
 from dataq.audit.progress import Progress
 from dataq.audit.questions import AuditDesk
 from dataq.audit.relay import this_site
-from dataq.audit.sources import Hashed, files_of, hash_in_groups
+from dataq.audit.sources import Hashed, HashPool, names_of, settled_before
 from dataq.errors import InvalidRecord
 from dataq.feed.watch import WatchOptions
 from dataq.record import Record, RecordRules, make_record
@@ -63,18 +63,26 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
     """Audit the files of ``directories``; Refused when a directory is missing or a repair is above the limit."""
     started = time.time()
     check_directories(directories)
-    paths = {options.root: await asyncio.to_thread(files_of, options) for options in directories}
-    every = [path for listed in paths.values() for path in listed]
+    with HashPool() as hashing:
+        return await _audit(store, directories, ask, how, hashing, started)
+
+
+async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, how: DirectoryAudit,
+                 hashing: HashPool, started: float) -> DirectoryResult:
+    every = [path for options in directories for path in await asyncio.to_thread(names_of, options)]
+    newest_ns = min(settled_before(options) for options in directories)
     progress = Progress("files audited", len(every), enabled=how.progress)
     findings: list[Finding] = []
     readable: list[Hashed] = []
     journeys: dict[str, list[Hop]] = {}
     asked: set[str] = set()
+    later: list[Hashed] = []
     asking: list[asyncio.Task[None]] = []
     at_once = asyncio.Semaphore(GROUPS_ASKED_AT_ONCE)
     ends = Ends()
 
-    async def ask_about(ids: list[str]) -> None:
+    async def ask_about(ids: list[str], items: list[Hashed]) -> None:
+        """Ask about ``ids``, then classify ``items`` (the files whose records they are)."""
         async with at_once:
             # The end of the chain first: what it proves it holds has arrived, wherever else it was.
             held = await ends.held(ids, ask)
@@ -82,45 +90,53 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
             rest = [record_id for record_id in ids if record_id not in held]
             if rest:
                 journeys.update(await walk(await this_site(store, how.desk, rest), ask, ends))
+        # While the next groups hash, rather than all at the end.
+        findings.extend(classify(item.path, item.checksum, journeys[item.checksum]) for item in items)
 
     try:
         # Each group of files is asked about while the next are hashed: the chain's answers take the time the
         # hashing leaves free, instead of following it.
-        async for group in hash_in_groups(every, how.rules.algorithm, group=GROUP_FILES, tick=progress.tick):
+        async for group in hashing.hash_in_groups(every, how.rules.algorithm, group=GROUP_FILES, newest_ns=newest_ns,
+                                                  tick=progress.tick if progress.enabled else None):
             unreadable, good = _unreadable(group, how)
             findings += unreadable
             readable += good
             new = sorted({item.checksum for item in good} - asked)
             asked.update(new)
+            # A file whose record an earlier group asked about (a copy of another file) is classified last.
+            fresh = set(new)
+            later += [item for item in good if item.checksum not in fresh]
             if new:
-                asking.append(asyncio.create_task(ask_about(new)))
+                asking.append(asyncio.create_task(ask_about(new, [item for item in good if item.checksum in fresh])))
         await asyncio.gather(*asking)
     finally:
         for task in asking:
             task.cancel()
     progress.finish()
-    findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in readable]
+    findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in later]
+    findings.sort(key=lambda item: item.path)
     report = Report.of(findings)
     # Kept before any repair: a repair the brakes refuse leaves what the audit found on record all the same.
-    await _save(store, paths, findings, [], how, started)
+    await _save(store, directories, findings, [], how, started)
     if how.repair.enabled:
         repaired = await _repair(store, readable, report, how)
-        await _save(store, paths, findings, repaired, how, started)
+        await _save(store, directories, findings, repaired, how, started)
     else:
         repaired = []
     silent = {hop.site: hop for hops in journeys.values() for hop in hops if isinstance(hop, Silent)}
     return DirectoryResult(report, repaired, list(silent.values()))
 
 
-async def _save(store: QueueStore, paths: dict[str, list[str]], findings: list[Finding], repaired: list[Finding],
-                how: DirectoryAudit, started: float) -> None:
+async def _save(store: QueueStore, directories: list[WatchOptions], findings: list[Finding],
+                repaired: list[Finding], how: DirectoryAudit, started: float) -> None:
     """Keep each directory's audit (:meth:`QueueStore.save_audit`): its counts per class and its repairs."""
-    for root, listed in paths.items():
+    for options in directories:
+        root = options.root
         prefix = root.rstrip("/") + "/"
         part = Report.of([item for item in findings if item.path.startswith(prefix)])
         await store.save_audit(f"dir:{root}", {
             "kind": "directory", "directory": root, "site": how.desk.site, "at": round(started, 3),
-            "seconds": round(time.time() - started, 3), "files": len(listed), "counts": part.counts,
+            "seconds": round(time.time() - started, 3), "files": part.files, "counts": part.counts,
             "repaired": sum(1 for item in repaired if item.path.startswith(prefix))})
 
 

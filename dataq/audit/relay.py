@@ -32,13 +32,15 @@ log = get_logger()
 async def this_site(store: QueueStore, desk: AuditDesk, ids: list[str]) -> dict[str, Answer]:
     """This site's answer about each id, from its Redis and its stored copies (if it stores any); StoreError if
     Redis cannot be read."""
-    copies = await asyncio.to_thread(desk.copies_said, ids)
-    first: dict[str, Answer] = {}
-    for start in range(0, len(ids), WHEREABOUTS_CHUNK):
-        chunk = ids[start:start + WHEREABOUTS_CHUNK]
-        for record_id, known in zip(chunk, await store.whereabouts(chunk, desk.max_errors), strict=True):
-            first[record_id] = desk.answer(record_id, known, copies.get(record_id))
-    return first
+    # The copies are looked at in a thread while Redis answers.
+    looking = asyncio.ensure_future(asyncio.to_thread(desk.copies_said, ids))
+    try:
+        known = [item for start in range(0, len(ids), WHEREABOUTS_CHUNK)
+                 for item in await store.whereabouts(ids[start:start + WHEREABOUTS_CHUNK], desk.max_errors)]
+    finally:
+        copies = await looking
+    return {record_id: desk.answer(record_id, item, copies.get(record_id))
+            for record_id, item in zip(ids, known, strict=True)}
 
 
 @dataclass(frozen=True, slots=True)

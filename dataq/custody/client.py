@@ -18,6 +18,12 @@ IDS_PER_LINE = 100
 """Ids per question line: a line of 100 md5 ids is about 3.5 KB, far below any push daemon's line limit."""
 
 
+READ_BYTES = 1 << 16
+"""Bytes of answers read at once."""
+MAX_ANSWER_BYTES = 1 << 20
+"""The longest answer line taken: one id's answers along a chain of 16 sites are a few KB."""
+
+
 class NotSpoken(DataqError):
     """The next site's push daemon did not name what it is asked in its handshake (a dataq older than it, or the
     2014 data-q): it cannot be asked."""
@@ -91,12 +97,19 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     # stops reading questions.
     sending = asyncio.create_task(send())
     try:
+        # Read in blocks, not line by line: 100,000 answers would cost as many turns of the event loop.
         lines: list[bytes] = []
-        for _ in ids:
-            line = await reader.readline()
-            if not line.endswith(b"\n"):
+        rest = b""
+        while len(lines) < len(ids):
+            block = await reader.read(READ_BYTES)
+            if not block:
                 raise ConnectionResetError("the connection closed before every id was answered")
-            lines.append(line)
+            *complete, rest = (rest + block).split(b"\n")
+            lines += [line + b"\n" for line in complete]
+            if len(rest) > MAX_ANSWER_BYTES:
+                raise ProtocolError(f"an answer line longer than {MAX_ANSWER_BYTES} bytes")
+        if len(lines) > len(ids) or rest:
+            raise ProtocolError(f"{len(lines) - len(ids)} more answer lines than ids asked about")
         await sending
         return lines
     finally:

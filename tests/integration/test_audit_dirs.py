@@ -5,6 +5,7 @@ is a finding and the audit goes on; the repair feeds what was never fed, within 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,14 +65,15 @@ def test_each_file_of_a_lone_site_is_classified_and_an_unreadable_one_is_a_findi
     (night / ".hidden.fits").write_text("not fed: hidden")
     prepare(redis_url, done, queued, [])
     unreadable = never[0].path
-    real = sources.hash_file
+    real = sources.hash_fd
 
-    def hash_file(path: str, algorithm: str) -> tuple[str, int]:
-        if path == unreadable:
+    def hash_fd(fd: int, algorithm: str) -> tuple[str, int]:
+        # Tests run as root, whom no file's mode stops: the read fails here instead (in the forked hashers).
+        if os.readlink(f"/proc/self/fd/{fd}") == unreadable:
             raise PermissionError(13, "Permission denied")
-        return real(path, algorithm)
+        return real(fd, algorithm)
 
-    monkeypatch.setattr(sources, "hash_file", hash_file)
+    monkeypatch.setattr(sources, "hash_fd", hash_fd)
     result = audit(str(night))
     assert result.exit_code == 1, result.output
     found = classes(result)
@@ -106,10 +108,17 @@ def test_the_repair_feeds_what_no_site_knows_within_the_limit(tmp_path: Path, re
     assert set(classes(audit(str(night))).values()) == {"in_flight"}, "fed: queued now"
 
 
-def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves_it(tmp_path: Path) -> None:
+async def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves_it(tmp_path: Path) -> None:
     night = tmp_path / "night"
     (record,) = make_sources(night, 1, "writing")
     options = WatchOptions(str(night), settle=2.0)
     now = Path(record.path).stat().st_mtime
-    assert sources.files_of(options, now=now + 1.0) == [], "still being written, maybe"
-    assert sources.files_of(options, now=now + 2.5) == [record.path]
+    paths = sources.names_of(options)
+    with sources.HashPool(1) as pool:
+        async def audited(at: float) -> list[str]:
+            newest_ns = sources.settled_before(options, now=at)
+            return [item.path async for group in pool.hash_in_groups(paths, "md5", group=10, newest_ns=newest_ns)
+                    for item in group]
+
+        assert await audited(now + 1.0) == [], "still being written, maybe"
+        assert await audited(now + 2.5) == [record.path]
