@@ -145,6 +145,8 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many records of the list first.")
 @click.option("--show", metavar="ID", default=None,
               help="Everything about one record: fields, where it is, errors, last error, events.")
+@click.option("--why", metavar="ID", default=None,
+              help="Why one record is not done yet, in one line with its next step (--json: a code and fields).")
 @click.option("--trace", metavar="ID", default=None,
               help="One record's journey across the sites of a cascade: pushed, done, handed on, receipt.")
 @click.option("-a", "--action", type=ON_OFF, default=None, help="Turn on/off running actions on queue records.")
@@ -191,6 +193,7 @@ def main(
     limit: int | None,
     offset: int,
     show: str | None,
+    why: str | None,
     trace: str | None,
     action: str | None,
     read: str | None,
@@ -252,6 +255,7 @@ def main(
             offset=offset,
             limit=limit,
             show=None if show is None else _checked_id(show, queue.rules),
+            why=None if why is None else _checked_id(why, queue.rules, "--why"),
             trace=None if trace is None else _checked_id(trace, queue.rules, "--trace"),
             events=DEFAULT_EVENTS if follow and events is None else events,
             follow=follow,
@@ -272,6 +276,7 @@ def main(
         _fail(str(exc), EXIT_CONFIG)
     out = Renderer(queue.name, as_json=as_json)
     ctx = Context(store, request, out, queue.rules, progress=files.show_progress(as_json),
+                  max_errors=queue.max_errors,
                   tracer=None if trace is None else _tracer(settings, queue))
     try:
         status = asyncio.run(execute(ctx))

@@ -17,6 +17,7 @@ from dataq.custody.journey import Tracer
 from dataq.custody.receipts import ReceiptKind
 from dataq.custody.report import custody_report
 from dataq.ops.health import check_health, rates, unreachable_destinations
+from dataq.ops.why import WaitCode, why
 from dataq.protocol import ignored_reply, pushed_reply
 from dataq.record import Record, RecordRules
 from dataq.store import Flag, QueueList, QueueStore
@@ -62,6 +63,8 @@ class Request:
     limit: int | None = None
     show: str | None = None
     """The id --show asks about (checked against the queue's checksum pattern)."""
+    why: str | None = None
+    """The id --why explains (checked as --show's)."""
     trace: str | None = None
     """The id --trace follows across the sites (checked as --show's)."""
     events: int | None = None
@@ -79,6 +82,8 @@ class Context:
     out: Renderer
     rules: RecordRules
     progress: bool
+    max_errors: int
+    """The queue's ``max_errors`` (--why says how many failures a record has left)."""
     status: int = field(default=EXIT_OK)
     follow_from: str | None = None
     """The id of the last event --events showed (--follow shows what comes after it)."""
@@ -168,6 +173,15 @@ async def _show(ctx: Context) -> None:
     view = await ctx.store.show(ctx.request.show)
     ctx.out.show(view)
     if view.where == "unknown":
+        ctx.status = EXIT_FAILURE
+
+
+async def _why(ctx: Context) -> None:
+    if ctx.request.why is None:
+        return
+    reason = await why(ctx.store, ctx.request.why, ctx.max_errors)
+    ctx.out.why(reason)
+    if reason.code is WaitCode.UNKNOWN:
         ctx.status = EXIT_FAILURE
 
 
@@ -291,6 +305,7 @@ PLAN: tuple[tuple[str, str, Step], ...] = (
     ("--dump", "write the list to a file", _dump),
     ("--list", "print the list", _list),
     ("--show", "print everything about one record", _show),
+    ("--why", "say why one record is not done yet", _why),
     ("--trace", "follow one record across the sites", _trace),
     ("--events", "print the last events", _events),
     ("--workers", "print the worker registry", _workers),

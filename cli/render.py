@@ -26,6 +26,7 @@ from dataq.ops.documents import (
     worker_doc,
 )
 from dataq.ops.health import Rates, Unreachable, replication_problems
+from dataq.ops.why import Why
 from dataq.record import Record, format_list_line
 from dataq.store import ClusterMember, Event, Failures, Flag, RecordView, ReplicationStatus, Summary, Worker
 
@@ -158,6 +159,12 @@ class Renderer:
         self._text("\n".join(lines))
         for event in view.events:
             self.event(event)
+
+    def why(self, reason: Why) -> None:
+        if self.as_json:
+            self._doc("why", **reason.doc())
+            return
+        self._text(f"{reason.record_id}: {reason.code.value}: {reason.reason}")
 
     def trace(self, record_id: str, hops: list[Hop]) -> None:
         if self.as_json:

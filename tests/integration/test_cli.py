@@ -42,7 +42,7 @@ def test_help_states_the_fixed_order_and_every_exit_status(cli: Cli) -> None:
     positions = [text.index(f"{n:>2}. {switches}") for n, (switches, _, _) in enumerate(operations.PLAN, start=1)]
     assert positions == sorted(positions)
     # Flags and state changes first, the summary last (only --follow, which never ends, comes after it).
-    assert " 1. --action, --read" in text and "13. --summary" in text and "14. --follow" in text
+    assert " 1. --action, --read" in text and "14. --summary" in text and "15. --follow" in text
     for line in ("0  success", "1  refused", "2  usage error", "3  configuration error", "4  Redis is unavailable"):
         assert line in text
 
