@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from dataq.custody.journey import Tracer
 from dataq.custody.receipts import ReceiptKind
 from dataq.custody.report import custody_report
+from dataq.ops.eta import queue_eta
 from dataq.ops.health import check_health, rates, unreachable_destinations
 from dataq.ops.why import WaitCode, why
 from dataq.protocol import ignored_reply, pushed_reply
@@ -265,7 +266,7 @@ async def _summary(ctx: Context) -> None:
     workers = await ctx.store.workers()
     alive = sum(1 for w in workers if w.heartbeat is not None)
     replication = await ctx.store.replication_status() if ctx.store.highly_available else None
-    ctx.out.summary(summary, alive, await rates(ctx.store), replication,
+    ctx.out.summary(summary, alive, await rates(ctx.store), await queue_eta(ctx.store, summary, workers), replication,
                     unreachable_destinations(workers, summary), await custody_report(ctx.store, summary, workers))
 
 

@@ -18,6 +18,7 @@ from dataq.custody.journey import Hop, latencies
 from dataq.custody.report import CustodyReport
 from dataq.ops.documents import (
     describe_place,
+    duration,
     event_doc,
     record_doc,
     unreachable_doc,
@@ -25,6 +26,7 @@ from dataq.ops.documents import (
     when,
     worker_doc,
 )
+from dataq.ops.eta import Eta
 from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.ops.why import Why
 from dataq.record import Record, format_list_line
@@ -236,11 +238,13 @@ class Renderer:
         else:
             self._text(f"{'OK' if healthy else 'UNHEALTHY'}: {reason}")
 
-    def summary(self, summary: Summary, alive: int, rates: Rates,
+    def summary(self, summary: Summary, alive: int, rates: Rates, eta: Eta,
                 replication: ReplicationStatus | None = None, unreachable: Sequence[Unreachable] = (),
                 custody: CustodyReport | None = None) -> None:
         if self.as_json:
             extra: dict[str, Any] = {} if replication is None else {"replication": _replication_doc(replication)}
+            extra["eta_seconds"] = eta.doc()["seconds"]
+            extra["eta"] = eta.doc()
             if custody is not None:
                 extra["custody"] = custody.as_dict(time.time())
             self._doc(
@@ -282,8 +286,9 @@ class Renderer:
             f"  read:      {_on_off(summary.read)}",
             f"  workers:   {alive} live ({summary.workers} registered)",
             f"  rates:     {per_minute} per minute ({span})",
+            f"  eta:       {eta.describe()}",
         ]
-        lines += [f"  unreachable: {u.destination} since {when(u.since)} ({_duration(time.time() - u.since)}), "
+        lines += [f"  unreachable: {u.destination} since {when(u.since)} ({duration(time.time() - u.since)}), "
                   f"{u.waiting} records waiting; last error: {_one_line(u.error)}" for u in unreachable]
         if custody is not None:
             lines += custody_lines(custody)
@@ -329,15 +334,6 @@ def _replication_doc(status: ReplicationStatus) -> dict[str, Any]:
         },
         "problems": replication_problems(status),
     }
-
-
-def _duration(seconds: float) -> str:
-    """``42 s``, ``7 min``, ``3.5 h``: how long an outage has lasted, at a glance."""
-    if seconds < 120:
-        return f"{max(0.0, seconds):.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _on_off(on: bool) -> str:

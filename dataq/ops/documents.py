@@ -20,6 +20,17 @@ def when(timestamp: object) -> str:
     return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
 
 
+def duration(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``3.5 h``, ``2.1 d``: how long, at a glance."""
+    if seconds < 120:
+        return f"{max(0.0, seconds):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} d"
+
+
 def record_doc(record: Record, failures: Failures | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "checksum": record.checksum,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dataq.store import QueueStore, ReplicationStatus, Summary, Worker
@@ -56,7 +56,16 @@ class Unreachable:
     """The daemons that cannot reach it."""
 
 
-def unreachable_destinations(workers: list[Worker], summary: Summary) -> list[Unreachable]:
+POP_ROLE = "pop"
+"""The role a pop daemon registers with (its registry ``info``)."""
+
+
+def live_pops(workers: Sequence[Worker]) -> list[Worker]:
+    """The pop daemons of the queue with a fresh heartbeat."""
+    return [worker for worker in workers if worker.heartbeat is not None and worker.info.get("role") == POP_ROLE]
+
+
+def unreachable_destinations(workers: Sequence[Worker], summary: Summary) -> list[Unreachable]:
     """The outages the live pop daemons report, one per destination, the oldest first."""
     found: dict[str, tuple[float, str, list[str]]] = {}
     for worker in workers:

@@ -27,6 +27,7 @@ from dataq.audit.metrics import audit_families
 from dataq.custody.metrics import custody_families, is_receipt_counter
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
+from dataq.ops.eta import Eta, queue_eta
 from dataq.ops.exposition import FamiliesCollector, one_sample
 from dataq.ops.health import Rates, rates
 from dataq.ops.process_metrics import add_process_collectors
@@ -56,12 +57,13 @@ WORKERS = "dataq_workers"
 QUEUE_EVENTS = "dataq_queue_events_total"
 QUEUE_RATE = "dataq_queue_rate_per_minute"
 OLDEST_AGE = "dataq_queue_oldest_age_seconds"
+ETA = "dataq_queue_eta_seconds"
 ACTION_BYTES = "dataq_action_bytes_total"
 REPLICAS = "dataq_replication_replicas"
 REPLICATION_PROBLEMS = "dataq_replication_problems"
 DAEMON_METRICS = (PUSHED, DUPLICATES, INPUT_ERRORS, DONE, FAILED, DEACTIVATED, WAITED, UNREACHABLE, ACTION_DURATION,
                   CLAIM_LATENCY, REDIS_RECONNECTS, REDIS_UP, QUEUE_LENGTH, FLAG, WORKERS, QUEUE_EVENTS, QUEUE_RATE,
-                  OLDEST_AGE, ACTION_BYTES, REPLICAS, REPLICATION_PROBLEMS)
+                  OLDEST_AGE, ETA, ACTION_BYTES, REPLICAS, REPLICATION_PROBLEMS)
 """The families of the push and pop daemons' own (besides custody's and the process's)."""
 
 ROLES = ("push", "pop")
@@ -125,6 +127,7 @@ class DaemonMetrics:
         self._action_durations: dict[str, Buckets] = {}
         self._summary: Summary | None = None
         self._rates: Rates | None = None
+        self._eta: Eta | None = None
         self._redis_up = False
         self._unreachable: dict[str, bool] = {}
         self._bytes: dict[tuple[str, str], int] = {}
@@ -169,6 +172,7 @@ class DaemonMetrics:
             summary = await store.summary()
             recent = await rates(store)
             oldest = await store.oldest_pushed()
+            self._eta = await queue_eta(store, summary, await store.workers())
             if self.role == "pop":  # one daemon exports the audits, as it does what actions did
                 self._audits = await store.audits()
         except StoreUnavailable as exc:
@@ -263,3 +267,8 @@ class DaemonMetrics:
             for kind, value in self._rates.per_minute.items():
                 per_minute.add_metric([q, kind], value)
             yield per_minute
+        if self._redis_up and self._eta is not None and self._eta.seconds is not None:
+            # Left out while unknown (paused, an outage, no pop daemon, no rate yet): --summary says why.
+            yield one_sample(GaugeMetricFamily(ETA, "Seconds until the backlog (active, delayed, in flight) is done "
+                                               "at the done rate of the last five minutes; absent while unknown.",
+                                               labels=["queue"]), [q], self._eta.seconds)

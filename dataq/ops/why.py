@@ -31,12 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dataq.ops.documents import when
-from dataq.ops.health import unreachable_destinations
+from dataq.ops.health import live_pops, unreachable_destinations
 from dataq.store import CustodyEntry, Flag, Known, Lost, QueueStore, RecordView, Summary, Worker
 from dataq.store.remembered import Done
-
-POP_ROLE = "pop"
-"""The role a pop daemon registers with (its heartbeat's ``info``)."""
 
 
 class WaitCode(enum.StrEnum):
@@ -111,7 +108,7 @@ def _queued(view: RecordView, flags: Mapping[Flag, bool], workers: Sequence[Work
     if not flags.get(Flag.ACTION, True):
         return Why(record_id, WaitCode.PAUSED, f"the queue's actions are off, {behind}; to run them: "
                                                "dataq-cli --action on", fields)
-    pops = [worker for worker in workers if worker.heartbeat is not None and worker.info.get("role") == POP_ROLE]
+    pops = live_pops(workers)
     if not pops:
         return Why(record_id, WaitCode.NO_WORKER, f"{behind}, but no pop daemon of the queue is running: "
                                                   "start one (dataq pop, or systemctl start dataq)", fields)

@@ -12,6 +12,7 @@ from dataq.config import Settings
 from dataq.custody.report import chain_of, custody_report
 from dataq.errors import DataqError
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
+from dataq.ops.eta import queue_eta
 from dataq.ops.health import rates, unreachable_destinations
 from dataq.store import Flag, QueueList, QueueStore
 
@@ -66,12 +67,14 @@ class Console:
         return [await self.queue(name) for name in self.stores]
 
     async def queue(self, queue: str) -> dict[str, Any]:
-        """Counts, flags, live workers, rates of the last minute and unreachable destinations."""
+        """Counts, flags, live workers, rates of the last minute, when the backlog will be done and unreachable
+        destinations."""
         store = self.store(queue)
         summary = await store.summary()
         workers = await store.workers()
         recent = await rates(store)
         custody = await custody_report(store, summary, workers)
+        eta = await queue_eta(store, summary, workers)
         return {
             "name": queue, "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
             "delayed": summary.delayed, "tracked": summary.tracked, "action": summary.action, "read": summary.read,
@@ -79,6 +82,7 @@ class Console:
             "registered": summary.workers,
             "rates": {**{f"{kind}_per_minute": round(value, 3) for kind, value in recent.per_minute.items()},
                       "covered_seconds": round(recent.covered, 3), "complete": recent.complete},
+            "eta": eta.describe(), "eta_seconds": eta.doc()["seconds"],
             "unreachable": [unreachable_doc(u) for u in unreachable_destinations(workers, summary)],
             "counters": summary.counters,
             "site": self.settings.site,

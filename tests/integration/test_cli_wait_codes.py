@@ -160,3 +160,23 @@ def test_a_done_record_and_a_lost_one_say_so_and_an_unknown_id_fails(cli: Cli, r
 def test_an_id_that_is_no_checksum_is_refused_before_redis_is_asked(cli: Cli) -> None:
     result = cli("--why", "not-an-md5")
     assert result.exit_code != 0 and "--why" in result.output
+
+
+def test_the_summary_says_when_the_backlog_will_be_done_or_why_it_cannot(cli: Cli, redis_url: str) -> None:
+    records = seed(redis_url, 12)
+    pop_alive(redis_url)
+    assert "  eta:       unknown: no rate yet: nothing done in the last 300 s" in cli("--summary").stdout
+
+    async def run_two(store: QueueStore) -> None:
+        claim = await store.claim(POP, 2)
+        await store.ack(POP, [(record.id, "") for record in claim.records])
+
+    on_store(redis_url, run_two)
+    doc = json.loads(cli("--json", "--summary").stdout)
+    eta = doc["eta"]
+    assert (eta["backlog"], eta["unknown"]) == (10, None)
+    assert doc["eta_seconds"] == eta["seconds"] == pytest.approx(10 / eta["done_per_minute"] * 60, rel=0.01)
+    on_store(redis_url, lambda store: store.set_flag(Flag.ACTION, False))
+    doc = json.loads(cli("--json", "--summary").stdout)
+    assert (doc["eta_seconds"], doc["eta"]["unknown"]) == (None, "paused")
+    assert len(records) == 12

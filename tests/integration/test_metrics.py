@@ -124,6 +124,8 @@ async def test_scraped_counters_and_queue_gauges_match_what_was_done(store: Queu
     assert 10 <= sample(after, "dataq_queue_rate_per_minute", kind="pushed", **q) <= 12
     assert 3 <= sample(after, "dataq_queue_rate_per_minute", kind="done", **q) <= 3.6
     assert 2 <= sample(after, "dataq_queue_rate_per_minute", kind="failed", **q) <= 2.4
+    # The 5 active records at the done rate of the last five minutes: 3 done in them (the queue is new).
+    assert 5 / 3 * 290 <= sample(after, "dataq_queue_eta_seconds", **q) <= 5 / 3 * 300
 
 
 async def test_a_flag_switched_off_shows_after_the_next_refresh(store: QueueStore, served: Served) -> None:

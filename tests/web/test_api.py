@@ -44,6 +44,8 @@ async def test_every_configured_queue_is_listed_with_counts_flags_workers_rates_
     assert (transfer["active"], transfer["inactive"], transfer["in_flight"], transfer["delayed"]) == (5, 0, 0, 0)
     assert (transfer["action"], transfer["read"], transfer["workers"], transfer["unreachable"]) == (True, True, 0, [])
     assert transfer["rates"]["pushed_per_minute"] > 0 and transfer["rates"]["complete"] is True
+    assert (transfer["eta"], transfer["eta_seconds"]) == ("unknown: no pop daemon of the queue is running", None)
+    assert (ingest["eta"], ingest["eta_seconds"]) == ("nothing waits", 0.0)
     assert (ingest["inactive"], ingest["workers"]) == (2, 1)
     assert ingest["rates"]["failed_per_minute"] > 0
     alone = await get(web, "/api/queues/ingest")
