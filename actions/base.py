@@ -37,6 +37,7 @@ from dataq.config import QueueSettings
 from dataq.ops.notices import Notifier
 from dataq.record import Record
 from dataq.store.facets import CustodyFacet
+from dataq.windows import Windows
 
 from .batcher import BatchOptions
 
@@ -156,6 +157,15 @@ class Action(Generic[OptionsT]):
         """Where this action sends the record (a host, a mounted storage), shown when it is unreachable; None:
         the action's name stands for it. A Retryable that names its own destination wins."""
         return None
+
+    def where(self) -> str:
+        """Where this action sends records, as its windows name it (the action's name unless it says)."""
+        return self.name
+
+    @functools.cached_property
+    def windows(self) -> Windows:
+        """The times of day this action's destination is used: its option ``windows`` (none: always)."""
+        return Windows.parse(getattr(self.options, "windows", ()))
 
     def __repr__(self) -> str:
         return f"<action {self.name} {self.options!r}>"

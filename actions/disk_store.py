@@ -49,6 +49,7 @@ from dataq.checksum import check_algorithm
 from dataq.errors import ActionError
 from dataq.logs import get_logger
 from dataq.record import Record
+from dataq.windows import check_windows
 
 from .base import Action, ActionContext
 from .batcher import BatchOptions
@@ -83,8 +84,11 @@ class DiskStoreOptions(BatchOptions):
     """Name each copy in the root's manifest (``ROOT/.dataq/manifests/``)."""
     timeout: float | None = None
     """Seconds one record may take (None: the queue's ``action_timeout``)."""
+    windows: tuple[str, ...] = ()
+    """Times of day the root is used, ``"HH:MM-HH:MM"`` in local time (none: always): :mod:`dataq.windows`."""
 
     def __post_init__(self) -> None:
+        check_windows(self.windows)
         if not os.path.isabs(self.root):
             raise ValueError(f"root must be an absolute path, got {self.root!r}")
         check_layout(self.layout)
@@ -111,6 +115,9 @@ class DiskStoreAction(Action[DiskStoreOptions]):
             raise ActionError(f"disk_store root {self.options.root} is not a directory")
 
     def destination(self, record: Record) -> str | None:
+        return self.options.root
+
+    def where(self) -> str:
         return self.options.root
 
     async def run(self, record: Record) -> None:

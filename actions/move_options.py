@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from dataq.checksum import check_algorithm
+from dataq.windows import check_windows
 
 from .batcher import BatchOptions
 from .handon import parse_site
@@ -91,8 +92,12 @@ class NetworkMoveOptions(BatchOptions):
     """Seconds between two questions to the next site about one record in custody."""
     receipt_alarm: float = DEFAULT_RECEIPT_ALARM
     """Seconds a record may wait for its receipt before operators are told."""
+    windows: tuple[str, ...] = ()
+    """Times of day the destination is used, ``"HH:MM-HH:MM"`` in local time (none: always):
+    :mod:`dataq.windows`."""
 
     def __post_init__(self) -> None:
+        check_windows(self.windows)
         destination_kind(self.destination)
         check_layout(self.layout)
         if self.algorithm is not None:

@@ -177,6 +177,9 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
     def destination(self, record: Record) -> str | None:
         return self.options.destination
 
+    def where(self) -> str:
+        return self.options.destination
+
     def status(self) -> Mapping[str, object]:
         return {**self._custody.status(), **self._connections.status()}
 

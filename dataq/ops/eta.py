@@ -4,7 +4,8 @@
 The backlog is every record not done yet that will run without an operator: active, delayed and in flight
 (inactive records wait for one). The rate is the queue's done records per minute over the last
 :data:`ETA_WINDOW` seconds of its rates ring, all daemons together. The time is unknown, with the reason, while the
-queue's actions are off, a destination is unreachable, no pop daemon is alive, or nothing was done in the window.
+queue's actions are off, a destination is outside its windows or unreachable, no pop daemon is alive, or nothing
+was done in the window.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataq.ops.documents import duration, when
-from dataq.ops.health import Rates, Unreachable, live_pops, rates, unreachable_destinations
+from dataq.ops.health import Rates, Unreachable, live_pops, outside_windows, rates, unreachable_destinations
 from dataq.store import QueueStore, Summary, Worker
 
 ETA_WINDOW = 300.0
@@ -28,6 +29,7 @@ class EtaUnknown(enum.StrEnum):
 
     PAUSED = "paused"
     UNREACHABLE = "unreachable"
+    OUTSIDE_WINDOW = "outside_window"
     NO_WORKER = "no_worker"
     NO_RATE = "no_rate"
 
@@ -73,6 +75,10 @@ def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker]) -> Eta:
     pops = live_pops(workers)
     if not pops:
         return unknown(EtaUnknown.NO_WORKER, "no pop daemon of the queue is running")
+    shut = outside_windows(pops)
+    if shut:
+        return unknown(EtaUnknown.OUTSIDE_WINDOW, f"destination {shut[0].destination} outside its windows "
+                                                  f"({shut[0].windows}) until {when(shut[0].opens)}")
     outages: list[Unreachable] = unreachable_destinations(pops, summary)
     if outages:
         return unknown(EtaUnknown.UNREACHABLE, f"destination {outages[0].destination} unreachable since "

@@ -78,6 +78,27 @@ def unreachable_destinations(workers: Sequence[Worker], summary: Summary) -> lis
                    for destination, (since, error, names) in found.items()), key=lambda u: u.since)
 
 
+@dataclass(frozen=True, slots=True)
+class OutsideWindow:
+    """A destination a live pop daemon of the queue does not use now: outside its windows until ``opens``."""
+
+    destination: str
+    windows: str
+    opens: float
+
+
+def outside_windows(workers: Sequence[Worker]) -> list[OutsideWindow]:
+    """The destinations the live pop daemons report outside their windows, one each, the soonest to open first."""
+    found: dict[str, OutsideWindow] = {}
+    for worker in workers:
+        shut = (worker.heartbeat or {}).get("outside_window")
+        for item in shut if isinstance(shut, list) else ():
+            destination, opens = str(item.get("destination", "?")), float(item.get("opens", 0.0))
+            if destination not in found or opens < found[destination].opens:
+                found[destination] = OutsideWindow(destination, str(item.get("windows", "")), opens)
+    return sorted(found.values(), key=lambda item: item.opens)
+
+
 def replication_problems(status: ReplicationStatus) -> list[str]:
     """What is wrong with the master's replicas, sentinels or cluster, worst first (none: all is well)."""
     problems = []

@@ -8,6 +8,7 @@ Each reason has a code, the same wherever it is shown (``--why``, its ``--json``
 ``no_worker``           in the active list, and no pop daemon of the queue is alive to run it
 ``unreachable``         in the active list, and a destination is unreachable since ``since``: the pop daemons
                         probe it (the next probe at ``next_probe``) and run nothing meanwhile
+``outside_window``      in the active list, and a destination is outside its ``windows`` until ``opens``
 ``running``             claimed by ``worker`` (since ``since``, when its events tell)
 ``backing_off``         delayed until ``until`` after failure ``errors`` of ``max_errors``: ``error``
 ``inactive``            failed ``errors`` times (``error``): it waits for an operator (``--activate ID ID``)
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dataq.ops.documents import when
-from dataq.ops.health import live_pops, unreachable_destinations
+from dataq.ops.health import live_pops, outside_windows, unreachable_destinations
 from dataq.store import CustodyEntry, Flag, Known, Lost, QueueStore, RecordView, Summary, Worker
 from dataq.store.remembered import Done
 
@@ -41,6 +42,7 @@ class WaitCode(enum.StrEnum):
     PAUSED = "paused"
     NO_WORKER = "no_worker"
     UNREACHABLE = "unreachable"
+    OUTSIDE_WINDOW = "outside_window"
     RUNNING = "running"
     BACKING_OFF = "backing_off"
     INACTIVE = "inactive"
@@ -112,6 +114,13 @@ def _queued(view: RecordView, flags: Mapping[Flag, bool], workers: Sequence[Work
     if not pops:
         return Why(record_id, WaitCode.NO_WORKER, f"{behind}, but no pop daemon of the queue is running: "
                                                   "start one (dataq pop, or systemctl start dataq)", fields)
+    shut = outside_windows(pops)
+    if shut:
+        window = shut[0]
+        return Why(record_id, WaitCode.OUTSIDE_WINDOW,
+                   f"destination {window.destination} is used only in its windows ({window.windows}): claiming "
+                   f"starts again at {when(window.opens)}, {behind}",
+                   {**fields, "destination": window.destination, "windows": window.windows, "opens": window.opens})
     outages = unreachable_destinations(pops, _NO_SUMMARY)
     if outages:
         outage = outages[0]

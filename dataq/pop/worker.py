@@ -33,6 +33,7 @@ from dataq.pop.deadlines import Deadlines
 from dataq.pop.failure import Failure, is_transient
 from dataq.pop.ledger import SlotLedger
 from dataq.pop.outcomes import FailureObserver, OutcomeWriter
+from dataq.pop.windowing import WindowGate
 from dataq.record import Record
 from dataq.runtime.backoff import HOT_RETRY_CAP, Backoff
 from dataq.runtime.supervise import Pulse
@@ -157,6 +158,8 @@ class PopWorker:
         self._claim_lost = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self.windows = WindowGate([(action.where(), action.windows) for action in self.actions])
+        """The destinations' windows: outside one, nothing is claimed."""
         self._stopping = False
         self._claiming_started = False
         self._action_off = False
@@ -171,6 +174,8 @@ class PopWorker:
                                     "waited": self.outcomes.postponements, "running": len(self._tasks)}
         if self.breakers.open:
             stats["unreachable"] = self.breakers.public()
+        if self.windows.shut:
+            stats["outside_window"] = self.windows.public()
         for action in self.actions:
             stats.update(action.status())
         return stats
@@ -208,6 +213,10 @@ class PopWorker:
         while self.claiming():
             self._pulse.beat()
             self._wake.clear()
+            now = time.time()
+            if self.windows.look(now):
+                await self._sleep(self.windows.wait(now))  # woken early by stop
+                continue
             free = self.free_slots()
             if free <= 0:
                 with self._pulse.resting():  # the actions' time limits keep this wait finite

@@ -180,3 +180,17 @@ def test_the_summary_says_when_the_backlog_will_be_done_or_why_it_cannot(cli: Cl
     doc = json.loads(cli("--json", "--summary").stdout)
     assert (doc["eta_seconds"], doc["eta"]["unknown"]) == (None, "paused")
     assert len(records) == 12
+
+
+def test_a_queued_record_behind_a_destination_outside_its_windows_says_when_it_opens(
+        cli: Cli, redis_url: str) -> None:
+    (record,) = seed(redis_url, 1)
+    opens = time.time() + 3600
+    pop_alive(redis_url, outside_window=[{"destination": "rsync://valley/incoming", "windows": "19:00-07:00",
+                                          "opens": opens}])
+    line, doc = why(cli, record.checksum)
+    assert (doc["code"], doc["destination"], doc["windows"], doc["opens"]) == (
+        "outside_window", "rsync://valley/incoming", "19:00-07:00", opens)
+    assert "is used only in its windows (19:00-07:00): claiming starts again at" in line
+    summary = json.loads(cli("--json", "--summary").stdout)
+    assert (summary["eta_seconds"], summary["eta"]["unknown"]) == (None, "outside_window")

@@ -41,6 +41,9 @@ def test_nothing_waiting_is_done_now_whatever_the_rate() -> None:
     (BACKLOG, [dataclasses.replace(POP, heartbeat={"unreachable": [
         {"destination": "rsync://valley/m", "since": 1_800_000_000.0, "error": "refused"}]})], 500.0,
      EtaUnknown.UNREACHABLE, "destination rsync://valley/m unreachable since"),
+    (BACKLOG, [dataclasses.replace(POP, heartbeat={"outside_window": [
+        {"destination": "/archive", "windows": "19:00-07:00", "opens": 1_800_000_000.0}]})], 500.0,
+     EtaUnknown.OUTSIDE_WINDOW, "destination /archive outside its windows (19:00-07:00) until"),
     (BACKLOG, [POP], 0.0, EtaUnknown.NO_RATE, "nothing done in the last 300 s"),
 ])
 def test_the_time_is_unknown_with_its_reason(summary: Summary, workers: list[Worker], done: float,
