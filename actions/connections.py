@@ -1,5 +1,5 @@
 """The rsync connections one ``network_move`` opens to its destination at once: up to four, fewer while the far
-side refuses more.
+side refuses more; with a ``bandwidth``, each takes its share of it.
 
 An rsync daemon may cap a module's connections (``max connections``; 0, unlimited, by default) and refuses one
 past the cap ("@ERROR: max connections (N) reached -- try again later", exit status 5). While another connection of
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 
 from dataq.logs import get_logger
 from dataq.ops.documents import HELD_BACK_KEY
@@ -40,8 +41,11 @@ class Connections:
     """Runs rsync calls, no more at once than the destination takes (see the module docstring)."""
 
     def __init__(self, destination: str, most: int, run: RunCommand = run_command, *,
-                 pause: float = REFUSED_PAUSE) -> None:
+                 pause: float = REFUSED_PAUSE, limit: Callable[[], int | None] | None = None) -> None:
+        """``limit``: the bytes per second all calls together may take now (None: no limit), split over the calls
+        open as each starts (rsync's ``--bwlimit``)."""
         self.destination = destination
+        self._limit = limit
         self.most = most
         self.at_once = most
         """Calls that may run at once now."""
@@ -65,7 +69,7 @@ class Connections:
         while True:
             await self._enter()
             try:
-                completed = await self._run(argv)
+                completed = await self._run(self._limited(argv))
             except BaseException:
                 # Cancelled, its rsync killed: the daemon's side of it may still hold its room a moment.
                 self._open -= 1
@@ -86,6 +90,15 @@ class Connections:
             if not ours:
                 return completed
             await asyncio.sleep(self._pause)
+
+    def _limited(self, argv: list[str]) -> list[str]:
+        """``argv`` with its share of the bandwidth, in KiB per second, as rsync takes it (an ``--bwlimit`` of the
+        operator's own in ``extra_args`` comes later, and wins)."""
+        total = self._limit() if self._limit is not None else None
+        if total is None:
+            return argv
+        share = max(1, total // max(1, self._open) // 1024)
+        return [argv[0], f"--bwlimit={share}", *argv[1:]]
 
     def _narrow(self, open_now: int) -> None:
         at_once = max(1, min(self.at_once, open_now))

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from dataq.bandwidth import check_bandwidth
 from dataq.checksum import check_algorithm
 from dataq.windows import check_windows
 
@@ -95,9 +96,14 @@ class NetworkMoveOptions(BatchOptions):
     windows: tuple[str, ...] = ()
     """Times of day the destination is used, ``"HH:MM-HH:MM"`` in local time (none: always):
     :mod:`dataq.windows`."""
+    bandwidth: str | None = None
+    """The most the transfers to the destination take together, per second: a rate (``"10M"``) or a timetable in
+    rclone's form (``"08:00,512K 19:00,10M 23:00,off"``), split over the rsync calls open (None: no limit):
+    :mod:`dataq.bandwidth`."""
 
     def __post_init__(self) -> None:
         check_windows(self.windows)
+        check_bandwidth(self.bandwidth)
         destination_kind(self.destination)
         check_layout(self.layout)
         if self.algorithm is not None:

@@ -101,6 +101,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from dataq.bandwidth import Bandwidth
 from dataq.checksum import LARGE_FILE_BYTES
 from dataq.errors import ActionError
 from dataq.logs import get_logger
@@ -157,7 +158,9 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
                                site=context.site, algorithm=self.algorithm)
         self._custody = SenderCustody(self._handon, context, options)
-        self._connections = Connections(options.destination, options.in_flight)
+        bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
+        self._connections = Connections(options.destination, options.in_flight,
+                                        limit=None if bandwidth is None else lambda: bandwidth.at(time.time()))
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.

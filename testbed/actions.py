@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
 import fakeredis
 
-from dataq.actions import ActionContext
+from dataq.actions import Action, ActionContext
 from dataq.config import QueueSettings
+from dataq.record import Record
 from dataq.store import QueueStore
 
 
@@ -21,3 +27,15 @@ def action_context(queue: QueueSettings | None = None, *, concurrency: int = 4,
     queue = queue or QueueSettings("transfer")
     store = store or fake_store(queue.name)
     return ActionContext(queue, concurrency, store, custody=store if custody else None, site=site)
+
+
+async def run_side_by_side(action: Action[Any], records: Sequence[Record]) -> float:
+    """Start ``action``, run ``records`` side by side (each raising what it fails with) and close it: the seconds
+    the runs took."""
+    await action.start()
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(action.run(record) for record in records))
+        return time.perf_counter() - started
+    finally:
+        await action.close()
