@@ -90,6 +90,8 @@ class ActionContext:
 
 
 OptionsT = TypeVar("OptionsT")
+RELOADABLE = ("windows", "bandwidth")
+"""The options a running pop daemon takes again on SIGHUP (:mod:`dataq.pop.reload`): the others at its next start."""
 
 
 class Action(Generic[OptionsT]):
@@ -166,6 +168,11 @@ class Action(Generic[OptionsT]):
     def windows(self) -> Windows:
         """The times of day this action's destination is used: its option ``windows`` (none: always)."""
         return Windows.parse(getattr(self.options, "windows", ()))
+
+    def reload(self, options: OptionsT) -> None:
+        """Take ``options`` while running: they differ from the ones in use in :data:`RELOADABLE` keys only."""
+        self.options = options
+        self.__dict__.pop("windows", None)
 
     def __repr__(self) -> str:
         return f"<action {self.name} {self.options!r}>"

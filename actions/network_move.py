@@ -158,9 +158,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                                tls=(options.handon_tls_ca, options.handon_tls_cert, options.handon_tls_key),
                                site=context.site, algorithm=self.algorithm)
         self._custody = SenderCustody(self._handon, context, options)
-        bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
-        self._connections = Connections(options.destination, options.in_flight,
-                                        limit=None if bandwidth is None else lambda: bandwidth.at(time.time()))
+        self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
+        self._connections = Connections(options.destination, options.in_flight, limit=self._limit_now)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
@@ -182,6 +181,14 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
 
     def where(self) -> str:
         return self.options.destination
+
+    def reload(self, options: NetworkMoveOptions) -> None:
+        super().reload(options)
+        self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
+
+    def _limit_now(self) -> int | None:
+        """The bytes per second the transfers may take together now (None: no limit)."""
+        return None if self._bandwidth is None else self._bandwidth.at(time.time())
 
     def status(self) -> Mapping[str, object]:
         return {**self._custody.status(), **self._connections.status()}

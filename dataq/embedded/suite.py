@@ -6,7 +6,7 @@ redis-server when no Redis URL is configured (the caller starts it: :func:`dataq
 restarts a child that dies with backoff, and on Ctrl-C or SIGTERM stops the children first (each drains its own
 work) and Redis last.
 
-Nothing outlives the runner. When it dies, even by SIGKILL, the kernel sends its daemons SIGHUP (a graceful stop
+Nothing outlives the runner. When it dies, even by SIGKILL, the kernel sends its daemons SIGUSR2 (a graceful stop
 that repeats cannot force) and its redis-server SIGTERM (:mod:`dataq.runtime.children`). A second Ctrl-C or
 SIGTERM while it stops (a terminal, ``make`` or ``timeout`` may deliver one to the process group and one to the
 runner) kills the daemons and stops redis-server before the runner exits.
@@ -29,7 +29,7 @@ from dataq.embedded.locate import RedisHandle
 from dataq.logs import get_logger
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.children import die_with_parent
-from dataq.runtime.signals import install_stop_signals
+from dataq.runtime.signals import PARENT_DIED, install_stop_signals
 from dataq.runtime.supervise import EXIT_FAILED, Supervisor
 from dataq.store import redis_address
 
@@ -96,7 +96,7 @@ async def _keep_alive(child: Child, env: dict[str, str], stop: asyncio.Event) ->
             child.process = await asyncio.create_subprocess_exec(
                 # Its own session: a Ctrl-C meant for the runner must not hit the daemons under its orderly
                 # shutdown.
-                *child.argv, env=env, start_new_session=True, preexec_fn=die_with_parent(signal.SIGHUP),
+                *child.argv, env=env, start_new_session=True, preexec_fn=die_with_parent(PARENT_DIED),
             )
         except OSError as exc:  # out of processes or descriptors for a moment: try again, as after a crash
             log.error("cannot start a daemon; retrying", daemon=child.name, error=str(exc))

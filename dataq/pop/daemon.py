@@ -26,6 +26,7 @@ from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier, reachable_notice, unreachable_notice
 from dataq.pop.breaker import Breakers, Outage
+from dataq.pop.reload import reload_actions
 from dataq.pop.sweeper import Sweeper
 from dataq.pop.worker import WAKING_NOTICES, PopWorker
 from dataq.record import Record
@@ -66,10 +67,11 @@ async def run_pop_daemon(
         context = ActionContext(queue_settings, concurrency or settings.pop.concurrency, store, custody=store,
                                 site=settings.site, notifier=ops.notifier)
         actions = load_actions(context, settings.source)
+        reload = None
         if stop is None:
-            stop = asyncio.Event()
-            install_stop_signals(stop)
-        daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, ops=ops)
+            stop, reload = asyncio.Event(), asyncio.Event()
+            install_stop_signals(stop, reload=reload)
+        daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, ops=ops, reload=reload)
         return await daemon.run(stop, ready)
     finally:
         await store.close()
@@ -86,8 +88,11 @@ class PopDaemon:
         concurrency: int | None = None,
         notifier: Notifier | None = None,
         ops: DaemonOps | None = None,
+        reload: asyncio.Event | None = None,
     ) -> None:
+        """``reload``: set (by SIGHUP) to take the actions' windows and bandwidth again from the settings file."""
         self.settings = settings
+        self._reload = reload
         self.pop = settings.pop
         self.store = store
         self.actions = tuple(actions)
@@ -126,6 +131,15 @@ class PopDaemon:
         self._registered = False
         self._halt = asyncio.Event()
         """Ends the background loops, once the records are given back."""
+
+    async def _reload_loop(self) -> None:
+        """Take the actions' reloadable settings again each time :attr:`_reload` is set (SIGHUP)."""
+        assert self._reload is not None
+        while True:
+            await self._reload.wait()
+            self._reload.clear()
+            if await asyncio.to_thread(reload_actions, self.settings.source, self.queue_name, self.actions):
+                self.worker.wake()  # a window may have opened or closed
 
     def _totals(self) -> Mapping[str, int]:
         outcomes = self.worker.outcomes
@@ -188,6 +202,8 @@ class PopDaemon:
                 "sweeper": self._sweep_loop,
                 "notices": self._listen,
             }
+            if self._reload is not None:
+                loops["reload"] = self._reload_loop
             for name, body in loops.items():
                 supervisor.start(name, body, until=self._halt)
             writing = supervisor.start("outcomes", self.worker.outcomes.run, until=self._halt)

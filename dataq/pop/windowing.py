@@ -7,7 +7,7 @@ runs when a window closes goes on to its end; claiming starts again as the next 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dataq.logs import get_logger
@@ -32,15 +32,16 @@ class Shut:
 
 
 class WindowGate:
-    """The destinations with windows, and which of them were shut at the last look (logged as it changes)."""
+    """The destinations with windows, and which of them were shut at the last look (logged as it changes);
+    ``destinations`` says them as they are now (a reload may change them)."""
 
-    def __init__(self, destinations: Sequence[tuple[str, Windows]]) -> None:
-        self.destinations = [(name, windows) for name, windows in destinations if not windows.always]
+    def __init__(self, destinations: Callable[[], Sequence[tuple[str, Windows]]]) -> None:
+        self.destinations = destinations
         self.shut: list[Shut] = []
 
     def look(self, now: float) -> list[Shut]:
         """The destinations shut at ``now``, the soonest to open first."""
-        shut = sorted((Shut(name, windows, windows.opens(now)) for name, windows in self.destinations
+        shut = sorted((Shut(name, windows, windows.opens(now)) for name, windows in self.destinations()
                        if not windows.open_at(now)), key=lambda item: item.opens)
         before = {item.destination for item in self.shut}
         after = {item.destination for item in shut}

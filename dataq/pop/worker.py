@@ -158,7 +158,7 @@ class PopWorker:
         self._claim_lost = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self.windows = WindowGate([(action.where(), action.windows) for action in self.actions])
+        self.windows = WindowGate(lambda: [(action.where(), action.windows) for action in self.actions])
         """The destinations' windows: outside one, nothing is claimed."""
         self._stopping = False
         self._claiming_started = False

@@ -3,7 +3,8 @@
 ``dataq run`` starts the embedded redis-server and the daemons as children. Killed with SIGKILL, it has no
 chance to stop them, and they would run on: the next ``dataq run`` would find the data directory locked and the
 push port taken. A child started with :func:`die_with_parent` gets a signal from the kernel the moment its
-parent dies: one that makes it stop gracefully (SIGTERM for redis-server, SIGHUP for a dataq daemon).
+parent dies: one that makes it stop gracefully (SIGTERM for redis-server, SIGUSR2 for a dataq daemon: SIGHUP
+reloads its settings).
 Hand-written rather than a library (python-prctl needs libcap headers to build): it is one ``prctl`` call
 through ctypes.
 

@@ -368,7 +368,7 @@ async def test_a_sigkilled_dataq_run_takes_its_daemons_and_redis_server_with_it(
     # Each daemon stopped as on a hang-up: gracefully, however often the dying runner's threads signalled it.
     for component in ("push", "pop"):
         events = [json.loads(line) for line in (tmp_path / "log" / f"{component}.log").read_text().splitlines()]
-        assert any(e["event"].startswith("hang-up") and e.get("signal") == "SIGHUP" for e in events), component
+        assert any(e["event"].startswith("hang-up") and e.get("signal") == "SIGUSR2" for e in events), component
         assert not any(e["event"] == "second signal: exiting at once" for e in events), component
 
     await a_new_run_starts_cleanly(launched, config, port, data_dir, first, done_at_least=FED)

@@ -82,7 +82,7 @@ def test_a_transfer_dies_with_the_pop_daemon_that_started_it_even_by_sigkill() -
             os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
 @skip_on_other_os("needs Linux's PR_SET_PDEATHSIG and /proc")
 def test_a_child_started_to_die_with_its_parent_gets_the_signal_asked_for(signum: int, tmp_path: Path) -> None:
     script = f"""
