@@ -18,18 +18,29 @@ always``), rsync daemon, ``dataq push`` and ``dataq pop`` (``--concurrency``). M
   ids (goal: <= 64 bytes); and **per record in custody** (``--custody`` records kept as ``network_move`` keeps
   them).
 
-Run it: ``.venv/bin/python bench/cascade.py [--files 2000] [--rounds 3] [--ids 1000000]``
+* **against the plain tools' chain** (``--versus-rsync``): ``--files`` fed at the mountain with every setting at
+  its default but what a cascade needs (``remove_source = "after_receipt"``, ``[pop] concurrency`` at its default
+  unless ``--concurrency`` is given), from the first line fed to the archive's last done, against one bulk
+  ``rsync -a --checksum`` mountain → valley then one valley → archive (no tracking, no custody), over the same
+  links: on loopback, or with ``--link 75ms --mbit 400`` each hop through :mod:`testbed.link` (one-way delay, the
+  handshake's round trip per connection, a bandwidth shared per direction). Rounds alternate which goes first;
+  the ratio is the chain's time over dataq's (goal: >= 1.0).
+
+Run it: ``.venv/bin/python bench/cascade.py [--files 2000] [--rounds 3] [--ids 1000000]``, or
+``.venv/bin/python bench/cascade.py --versus-rsync --files 5000 --size 20000 [--link 75ms --mbit 400]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +53,8 @@ from dataq.feed.client import Feeder
 from dataq.record import Record
 from dataq.store import CustodyEntry, QueueStore
 from testbed.cascade import Cascade
-from testbed.rsync import LOOPBACK
+from testbed.link import link_process
+from testbed.rsync import LOOPBACK, rsync_daemon
 from testbed.waits import eventually
 
 FLOW_TIMEOUT = 600.0
@@ -64,10 +76,12 @@ async def counter(store: QueueStore, name: str) -> int:
     return (await store.summary()).counters.get(name, 0)
 
 
-async def one_flow(root: Path, files: int, size: int, concurrency: int, custody: bool) -> tuple[float, float | None]:
+async def one_flow(root: Path, files: int, size: int, concurrency: int | None, custody: bool,
+                   link: tuple[float, float | None] | None = None) -> tuple[float, float | None]:
     """Seconds until the archive has done every record, and (with custody) until every source is deleted."""
     move: dict[str, object] = {} if custody else {"custody": False, "remove_source": True}
-    chain = Cascade(root, ["mountain", "valley", "archive"], move=move, pop={"concurrency": concurrency})
+    chain = Cascade(root, ["mountain", "valley", "archive"], move=move,
+                    pop={} if concurrency is None else {"concurrency": concurrency}, link=link)
     records = make_files(root / "data", files, size)
     chain.start()
     archive = chain.last.store()
@@ -120,6 +134,59 @@ async def rates(args: argparse.Namespace) -> list[str]:
         f"{statistics.median(receipts):.2f} s after the first line |",
         f"\nper round, records/s: with {', '.join(f'{r:,.0f}' for r in runs[True])}; "
         f"without {', '.join(f'{r:,.0f}' for r in runs[False])}",
+    ]
+
+
+def rsync_chain(root: Path, files: int, size: int, link: tuple[float, float | None] | None) -> float:
+    """Seconds for one bulk ``rsync -a --checksum`` mountain → valley, then one valley → archive."""
+    make_files(root / "mountain", files, size)
+    hops = [root / "valley", root / "archive"]
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for n, directory in enumerate(hops):
+            directory.mkdir()
+            daemon = stack.enter_context(rsync_daemon(root / f"rsyncd-{n}", {"incoming": directory}))
+            port = daemon.port if link is None else stack.enter_context(
+                link_process((LOOPBACK, daemon.port), delay=link[0], mbit=link[1]))
+            urls.append(f"rsync://{LOOPBACK}:{port}/incoming/")
+        started = time.perf_counter()
+        for source, url in zip([root / "mountain", hops[0]], urls, strict=True):
+            subprocess.run(["rsync", "-a", "--checksum", f"{source}/", url], check=True)
+        return time.perf_counter() - started
+
+
+def parse_link(delay: str | None, mbit: float | None) -> tuple[float, float | None] | None:
+    """``75ms`` (or seconds) and megabits per second as a link's settings; None: loopback as it is."""
+    if delay is None:
+        return None if mbit is None else (0.0, mbit)
+    seconds = float(delay[:-2]) / 1000 if delay.endswith("ms") else float(delay.rstrip("s"))
+    return seconds, mbit
+
+
+async def versus_rsync(args: argparse.Namespace) -> list[str]:
+    link = parse_link(args.link, args.mbit)
+    ours: list[float] = []
+    chain: list[float] = []
+    for round_ in range(args.rounds):
+        for which in (("dataq", "rsync") if round_ % 2 == 0 else ("rsync", "dataq")):
+            root = Path(tempfile.mkdtemp(prefix="dataq-cascade-"))
+            try:
+                if which == "dataq":
+                    ours.append((await one_flow(root, args.files, args.size, args.concurrency, True, link))[0])
+                else:
+                    chain.append(await asyncio.to_thread(rsync_chain, root, args.files, args.size, link))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        print(f"round {round_ + 1}: dataq {ours[-1]:.2f} s, rsync chain {chain[-1]:.2f} s", file=sys.stderr)
+    where = "loopback" if link is None else f"{link[0] * 1000:g} ms each way" + (
+        f", {link[1]:g} Mbit/s" if link[1] is not None else "")
+    dataq, rsync = statistics.median(ours), statistics.median(chain)
+    return [
+        f"| {args.files:,} files of {args.size // 1000} KB, 3 sites, {where} | s |",
+        "| --- | ---: |",
+        f"| rsync chain (`rsync -a --checksum` mountain → valley, then valley → archive) | {rsync:.2f} |",
+        f"| dataq, first line fed to the archive's last done ({args.files / dataq:,.0f} files/s) | {dataq:.2f} |",
+        f"| ratio, the chain's time over dataq's (goal ≥ 1.0) | **{rsync / dataq:.2f}** |",
     ]
 
 
@@ -215,7 +282,11 @@ async def main() -> None:
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--size", type=int, default=4096, help="bytes per file")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=64, help="each site's [pop] concurrency")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="each site's [pop] concurrency (default: 64, or [pop]'s own with --versus-rsync)")
+    parser.add_argument("--versus-rsync", action="store_true", help="against the bulk rsync chain (see above)")
+    parser.add_argument("--link", default=None, help="one-way delay of each hop, e.g. 75ms (--versus-rsync)")
+    parser.add_argument("--mbit", type=float, default=None, help="each hop's bandwidth, Mbit/s (--versus-rsync)")
     parser.add_argument("--ids", type=int, default=1_000_000, help="remembered ids for the memory figure")
     parser.add_argument("--custody", type=int, default=100_000, help="records in custody for its memory figure")
     parser.add_argument("--skip-rates", action="store_true")
@@ -223,6 +294,11 @@ async def main() -> None:
     args = parser.parse_args()
     print(f"# bench/cascade.py on {platform.node()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
+    if args.versus_rsync:
+        print("\n".join(await versus_rsync(args)))
+        return
+    if args.concurrency is None:
+        args.concurrency = 64
     if not args.skip_rates:
         print("\n".join(await rates(args)))
     if not args.skip_memory:

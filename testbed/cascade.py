@@ -10,6 +10,7 @@ again empty: a host replaced).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 from testbed.chaos import Daemon
+from testbed.link import link_process
 from testbed.ports import unclaimed_port
 from testbed.rsync import LOOPBACK, RsyncDaemon
 from testbed.settings_file import write_tables
@@ -109,13 +111,17 @@ class Site:
 class Cascade:
     """``names[0]`` → ``names[1]`` → ... → ``names[-1]``; ``move`` are extra options of every ``network_move``,
     ``queue`` extra settings of every site's queue, ``queues`` of one site's (by its name); ``older`` runs a site
-    (by its name) on an older dataq's interpreter, whose ``network_move`` hands on without custody."""
+    (by its name) on an older dataq's interpreter, whose ``network_move`` hands on without custody; ``link`` (one-way
+    delay in seconds, megabits per second or None) puts a long link (:mod:`testbed.link`) on every hop, for both
+    the rsync transfers and the push daemon's connections (hand-ons, receipts)."""
 
     def __init__(self, root: Path, names: Sequence[str], *, move: Mapping[str, Any] | None = None,
                  pop: Mapping[str, Any] | None = None, queue: Mapping[str, Any] | None = None,
                  queues: Mapping[str, Mapping[str, Any]] | None = None,
-                 older: Mapping[str, Path] | None = None) -> None:
+                 older: Mapping[str, Path] | None = None, link: tuple[float, float | None] | None = None) -> None:
         self.sites = [Site(root, name, (older or {}).get(name)) for name in names]
+        self.link = link
+        self._links = contextlib.ExitStack()
         self.move, self.pop, self.queue = dict(move or {}), dict(pop or {}), dict(queue or {})
         self.queues = {name: {**self.queue, **(queues or {}).get(name, {})} for name in names}
 
@@ -135,8 +141,9 @@ class Cascade:
                 site.write_config(["disk_store"], {"disk_store": {"root": str(site.archive)}}, self.pop,
                                   self.queues[site.name])
                 continue
+            rsync_port, push_port = self._reach(following.rsync.port), self._reach(following.port)
             move: dict[str, Any] = {
-                "destination": following.rsync.url(MODULE), "next_sites": [f"{LOOPBACK}:{following.port}"],
+                "destination": f"rsync://{LOOPBACK}:{rsync_port}/{MODULE}", "next_sites": [f"{LOOPBACK}:{push_port}"],
                 "next_path": f"{following.incoming}/{{relpath}}"}
             if site.python is None:
                 move |= {"remove_source": "after_receipt", **self.move}
@@ -146,6 +153,14 @@ class Cascade:
         for site in reversed(self.sites):
             site.start_daemons()
 
+    def _reach(self, port: int) -> int:
+        """The port another site reaches ``port`` at: through a long link when the cascade has one."""
+        if self.link is None:
+            return port
+        delay, mbit = self.link
+        return self._links.enter_context(link_process((LOOPBACK, port), delay=delay, mbit=mbit))
+
     def stop(self) -> None:
         for site in self.sites:
             site.stop()
+        self._links.close()

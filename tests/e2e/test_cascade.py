@@ -70,8 +70,8 @@ async def watching(records: list[Record], archive: Site) -> AsyncIterator[Source
 
 
 @contextlib.contextmanager
-def cascade(tmp_path: Path, names: list[str]) -> Iterator[Cascade]:
-    chain = Cascade(tmp_path, names, move=FAST, pop={"concurrency": 16})
+def cascade(tmp_path: Path, names: list[str], link: tuple[float, float | None] | None = None) -> Iterator[Cascade]:
+    chain = Cascade(tmp_path, names, move=FAST, pop={"concurrency": 16}, link=link)
     try:
         chain.start()
         yield chain
@@ -108,6 +108,17 @@ async def test_three_sites_deliver_every_file_and_a_source_goes_only_once_the_ar
         assert isinstance(custody, dict)
         assert (custody["records"], custody["receipts_last_hour"], custody["resent"]) == (0, 200, 0)
         assert 0 <= custody["latency_p50_seconds"] <= custody["latency_p99_seconds"] < FLOW_TIMEOUT
+
+
+async def test_over_a_long_link_every_file_arrives_and_every_receipt_comes_back(tmp_path: Path) -> None:
+    # Each hop through the testbed's long link: 40 ms each way, a round trip per connection, 100 Mbit/s.
+    records = make_sources(tmp_path / "data", 40)
+    with cascade(tmp_path, ["mountain", "valley", "archive"], link=(0.04, 100.0)) as chain:
+        async with watching(records, chain.last) as watch:
+            assert await feed(chain.first, records) == [ReplyKind.PUSHED] * 40
+            await all_delivered(chain, records, watch)
+        for site in chain.sites[:-1]:
+            await eventually_equal(lambda site=site: custody_count(site), 0, what=f"custody at {site.name} empty")
 
 
 async def test_the_same_files_fed_again_after_they_are_done_are_ignored_and_moved_once(tmp_path: Path) -> None:
