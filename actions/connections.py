@@ -1,5 +1,5 @@
 """The rsync connections one ``network_move`` opens to its destination at once: up to four, fewer while the far
-side refuses more; with a ``bandwidth``, each takes its share of it.
+side refuses more; with a ``bandwidth``, each takes its share of it (the limit over the calls at once).
 
 An rsync daemon may cap a module's connections (``max connections``; 0, unlimited, by default) and refuses one
 past the cap ("@ERROR: max connections (N) reached -- try again later", exit status 5). While another connection of
@@ -43,7 +43,7 @@ class Connections:
     def __init__(self, destination: str, most: int, run: RunCommand = run_command, *,
                  pause: float = REFUSED_PAUSE, limit: Callable[[], int | None] | None = None) -> None:
         """``limit``: the bytes per second all calls together may take now (None: no limit), split over the calls
-        open as each starts (rsync's ``--bwlimit``)."""
+        open at once at most (rsync's ``--bwlimit``)."""
         self.destination = destination
         self._limit = limit
         self.most = most
@@ -93,11 +93,15 @@ class Connections:
 
     def _limited(self, argv: list[str]) -> list[str]:
         """``argv`` with its share of the bandwidth, in KiB per second, as rsync takes it (an ``--bwlimit`` of the
-        operator's own in ``extra_args`` comes later, and wins)."""
+        operator's own in ``extra_args`` comes later, and wins).
+
+        The share is the limit over the calls this action opens at once at most, not over those open now: a
+        running rsync keeps the rate it started with, so calls started one after another with a share of those
+        open then would together take up to twice the limit (1 + 1/2 + 1/3 + 1/4 of it)."""
         total = self._limit() if self._limit is not None else None
         if total is None:
             return argv
-        share = max(1, total // max(1, self._open) // 1024)
+        share = max(1, total // max(1, self.at_once) // 1024)
         return [argv[0], f"--bwlimit={share}", *argv[1:]]
 
     def _narrow(self, open_now: int) -> None:

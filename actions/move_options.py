@@ -98,7 +98,7 @@ class NetworkMoveOptions(BatchOptions):
     :mod:`dataq.windows`."""
     bandwidth: str | None = None
     """The most the transfers to the destination take together, per second: a rate (``"10M"``) or a timetable in
-    rclone's form (``"08:00,512K 19:00,10M 23:00,off"``), split over the rsync calls open (None: no limit):
+    rclone's form (``"08:00,512K 19:00,10M 23:00,off"``), shared by the rsync calls opened at once (None: no limit):
     :mod:`dataq.bandwidth`."""
 
     def __post_init__(self) -> None:

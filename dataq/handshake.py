@@ -56,6 +56,8 @@ class Capability(enum.StrEnum):
     """Audit questions (:mod:`dataq.audit.questions`): what a site holds of a record, its stored copy included."""
     AGAIN = "again"
     """A record line's ``"again"`` key: a record sent again on purpose, stored even if remembered done."""
+    PASS_ON = "pass_on"
+    """Audit questions with ``"forward"``: the site passes them on along its chain and adds the answers after it."""
 
 
 OURS: Final = frozenset(Capability)

@@ -62,8 +62,7 @@ class Windows:
         """When the destination is next used, from ``when`` on (``when`` itself if it is used then)."""
         if self.open_at(when):
             return when
-        second = _second_of_day(when)
-        return when + min((window.start - second) % DAY for window in self.windows)
+        return min(_next_clock(when, window.start) for window in self.windows)
 
     def describe(self) -> str:
         return "always" if self.always else ", ".join(window.describe() for window in self.windows)
@@ -112,6 +111,18 @@ def _overlap(one: Window, other: Window) -> bool:
 def _second_of_day(when: float) -> int:
     local = time.localtime(when)
     return local.tm_hour * 3600 + local.tm_min * 60 + local.tm_sec
+
+
+def _next_clock(when: float, second: int) -> float:
+    """The first wall-clock time after ``when`` at which the local clock reads ``second`` past midnight (on the day
+    the clock changes, that day's own reading: no fixed 86,400 s)."""
+    local = time.localtime(when)
+    hour, rest = divmod(second % DAY, 3600)
+    for days in range(3):
+        at = time.mktime((local.tm_year, local.tm_mon, local.tm_mday + days, hour, rest // 60, rest % 60, 0, 0, -1))
+        if at > when:
+            return at
+    return when + DAY
 
 
 def _clock(second: int) -> str:

@@ -69,10 +69,12 @@ async def audit_directories(store: QueueStore, directories: list[WatchOptions], 
 
 async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, how: DirectoryAudit,
                  hashing: HashPool, started: float) -> DirectoryResult:
-    every = [path for options in directories for path in await asyncio.to_thread(names_of, options)]
+    listings = [await asyncio.to_thread(names_of, options) for options in directories]
+    every = [path for listing in listings for path in listing.files]
     newest_ns = min(settled_before(options) for options in directories)
     progress = Progress("files audited", len(every), enabled=how.progress)
-    findings: list[Finding] = []
+    findings: list[Finding] = [Finding(folder, "", FileClass.UNREADABLE, how.desk.site, f"cannot list it: {why}")
+                               for listing in listings for folder, why in listing.unlisted]
     readable: list[Hashed] = []
     journeys: dict[str, list[Hop]] = {}
     asked: set[str] = set()

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dataq.audit.chain import Ask, walk
+from dataq.audit.chain import MAX_HOPS, Ask, walk
 from dataq.audit.questions import Answer, AuditDesk, SiteState
 from dataq.custody.receipts import ReceiptQuery
 from dataq.errors import InvalidRecord, StoreError
@@ -22,6 +22,9 @@ from dataq.store import QueueStore
 
 WHEREABOUTS_CHUNK = 1000
 """Ids read from this site's Redis per round trip."""
+
+LEAST_WITHIN = 1.0
+"""Seconds the next sites are given at least when the asker's time has run out: they are still tried."""
 
 AskFor = Callable[[int, float | None], Ask]
 """How this site asks its next sites, passing each question on so many sites further, within so many seconds."""
@@ -52,9 +55,9 @@ class Relay:
     desk: AuditDesk
     ask_for: AskFor | None = None
 
-    async def answer(self, queries: list[ReceiptQuery], within: float | None = None) -> list[str]:
+    async def answer(self, queries: list[ReceiptQuery], deadline: float | None = None) -> list[str]:
         """The answer lines of each question, in order (one line per id), asking the next sites about all of
-        their ids at once within ``within`` seconds (None: as each question says)."""
+        their ids at once, by ``deadline`` (the event loop's time; None: within what each question says)."""
         ids = list(dict.fromkeys(record_id for query in queries for record_id in query.valid))
         try:
             first = await this_site(self.store, self.desk, ids)
@@ -62,8 +65,11 @@ class Relay:
             log.warning("cannot read this site's records to answer an audit question", error=str(exc))
             return [_refused(query, f"audit: {self.desk.site or 'this site'} cannot read its records: {exc}")
                     for query in queries]
-        forward = max((query.forward for query in queries), default=0)
+        # Never further than an audit goes: a question that asks more (a loop, or a peer's mistake) ends there.
+        forward = min(max((query.forward for query in queries), default=0), MAX_HOPS - 1)
         if forward and self.desk.next_sites and self.ask_for is not None and first:
+            # Reckoned now, after this site's own answers: what they took is not the next sites' to wait.
+            within = None if deadline is None else max(deadline - asyncio.get_running_loop().time(), LEAST_WITHIN)
             if within is None:
                 within = min((query.within for query in queries if query.within is not None), default=None)
             journeys = await walk(first, self.ask_for(forward - 1, within), max_hops=forward + 1)

@@ -13,16 +13,20 @@ cost a fifth of md5sum's time for the whole tree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import multiprocessing
 import os
+import signal
 import stat
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from dataq.checksum import hash_fd
+from dataq.errors import DataqError
 from dataq.feed.watch import WatchOptions
 
 CHUNK = 256
@@ -44,21 +48,38 @@ class Hashed:
     error: str | None = None
 
 
-def names_of(options: WatchOptions) -> list[str]:
-    """The regular files of the directory a feeder with ``options`` would feed, in path order (by their
-    directory entries: links and special files are not followed or opened)."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The files of a directory a feeder would feed, in path order, and the folders beneath it that could not be
+    listed (each with why)."""
+
+    files: list[str]
+    unlisted: list[tuple[str, str]]
+
+
+def names_of(options: WatchOptions) -> Listing:
+    """The regular files of the directory a feeder with ``options`` would feed (by their directory entries: links
+    and special files are not followed or opened); a folder removed while it is listed is passed over, one that
+    cannot be read is said."""
     found: list[str] = []
+    unlisted: list[tuple[str, str]] = []
     folders = [options.root]
     while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if options.enters(entry.path):
-                        folders.append(entry.path)
-                elif entry.is_file(follow_symlinks=False) and options.wanted(entry.path):
-                    found.append(entry.path)
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if options.enters(entry.path):
+                            folders.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False) and options.wanted(entry.path):
+                        found.append(entry.path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            unlisted.append((folder, exc.strerror or str(exc)))
     found.sort()
-    return found
+    return Listing(found, sorted(unlisted))
 
 
 def settled_before(options: WatchOptions, now: float | None = None) -> int:
@@ -98,6 +119,12 @@ def _started() -> None:
     """A worker's first task: the pool's processes exist once it is done."""
 
 
+def _worker_signals() -> None:
+    """In a worker: Ctrl-C (sent to the whole process group) is the auditing process's to handle; it ends the
+    workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class HashPool:
     """Processes that hash files, one per CPU (threads would share one interpreter: 100,000 small files hash at
     two thirds of ``md5sum``'s speed on two cores in threads, at its speed in processes).
@@ -108,14 +135,20 @@ class HashPool:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or os.cpu_count() or 1
-        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
+                                         initializer=_worker_signals)
         self._pool.submit(_started).result()
 
     def __enter__(self) -> HashPool:
         return self
 
     def __exit__(self, *_: object) -> None:
+        # Whatever ended the audit (done, Ctrl-C, an error), no worker goes on hashing: the exit would wait for it.
+        processes = list(getattr(self._pool, "_processes", {}).values())  # the executor has no terminate()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            with contextlib.suppress(OSError):
+                process.terminate()
 
     async def hash_in_groups(self, paths: Sequence[str], algorithm: str, *, group: int, newest_ns: int,
                              tick: Callable[[int], None] | None = None) -> AsyncIterator[list[Hashed]]:
@@ -129,8 +162,15 @@ class HashPool:
         try:
             ready: list[Hashed] = []
             for start, future in zip(starts, futures, strict=True):
-                for path, result in zip(paths[start:start + chunk], await future, strict=True):
+                try:
+                    results = await future
+                except BrokenProcessPool as exc:
+                    raise DataqError(f"a hashing process of the audit died (killed, or out of memory): {exc}") \
+                        from None
+                for path, result in zip(paths[start:start + chunk], results, strict=True):
                     if result is None:
+                        if tick is not None:
+                            tick(0)  # not one to audit: counted as looked at, for the progress line's total
                         continue
                     ready.append(Hashed(path, *result))
                     if tick is not None:

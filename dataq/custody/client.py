@@ -73,6 +73,10 @@ async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls:
                     peer.learned(greeting)
                 if not greeting.speaks(capability):
                     raise NotSpoken(greeting, capability)
+                if not greeting.speaks(Capability.PASS_ON):
+                    # A peer that answers audit questions but does not pass them on would refuse the keys: it is
+                    # asked for its own answers, and its asker goes on past it itself.
+                    forward, passed_within = 0, None
                 return await _exchange(reader, writer, ids,
                                        lambda part: query_line(part, site, key, forward=forward, within=passed_within))
             finally:

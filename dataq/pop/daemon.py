@@ -26,7 +26,7 @@ from dataq.logs import get_logger
 from dataq.ops.daemon_ops import DaemonOps
 from dataq.ops.notices import Notifier, reachable_notice, unreachable_notice
 from dataq.pop.breaker import Breakers, Outage
-from dataq.pop.reload import reload_actions
+from dataq.pop.reload import apply_reload, reloaded_options
 from dataq.pop.sweeper import Sweeper
 from dataq.pop.worker import WAKING_NOTICES, PopWorker
 from dataq.record import Record
@@ -58,6 +58,12 @@ async def run_pop_daemon(
     ``ready`` gets the worker id once the worker is registered; ``notifier`` replaces mail and log. Raises
     ConfigError for unknown actions or options before anything starts.
     """
+    reload = None
+    if stop is None:
+        # First of all: a SIGHUP (systemctl reload) before its handler would end the daemon, and systemd counts
+        # an end by SIGHUP as clean, so it would not start it again.
+        stop, reload = asyncio.Event(), asyncio.Event()
+        install_stop_signals(stop, reload=reload)
     queue_settings = settings.queue(queue)
     handle = resolve_redis(settings)
     store = QueueStore.open(settings, handle.url, queue)
@@ -67,10 +73,6 @@ async def run_pop_daemon(
         context = ActionContext(queue_settings, concurrency or settings.pop.concurrency, store, custody=store,
                                 site=settings.site, notifier=ops.notifier)
         actions = load_actions(context, settings.source)
-        reload = None
-        if stop is None:
-            stop, reload = asyncio.Event(), asyncio.Event()
-            install_stop_signals(stop, reload=reload)
         daemon = PopDaemon(settings, queue_settings, store, actions, concurrency=concurrency, ops=ops, reload=reload)
         return await daemon.run(stop, ready)
     finally:
@@ -138,7 +140,10 @@ class PopDaemon:
         while True:
             await self._reload.wait()
             self._reload.clear()
-            if await asyncio.to_thread(reload_actions, self.settings.source, self.queue_name, self.actions):
+            # The file is read off the loop; the actions change on it, between two of their reads.
+            changes = await asyncio.to_thread(reloaded_options, self.settings.source, self.queue_name, self.actions)
+            if changes is not None:
+                apply_reload(changes)
                 self.worker.wake()  # a window may have opened or closed
 
     def _totals(self) -> Mapping[str, int]:

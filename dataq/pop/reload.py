@@ -21,15 +21,20 @@ from dataq.logs import get_logger
 log = get_logger()
 
 
-def reload_actions(source: str | None, queue: str, actions: Sequence[Action[Any]]) -> bool:
-    """Give ``actions`` the reloadable options the settings file ``source`` now says for ``queue``; whether the
-    file loaded (False: nothing changed, the error logged)."""
+Change = tuple[Action[Any], Any]
+"""An action and the options it takes (its running ones with the reloadable keys replaced)."""
+
+
+def reloaded_options(source: str | None, queue: str, actions: Sequence[Action[Any]]) -> list[Change] | None:
+    """The reloadable options the settings file ``source`` now says for ``queue``'s ``actions`` (blocking: it
+    reads the file); None when the file does not load (logged: nothing changes)."""
     try:
         settings = load_settings(source)
         options = [options_of(settings.queue(queue), type(action), settings.source) for action in actions]
     except ConfigError as exc:
         log.error("settings not reloaded: the file has an error; the settings in use stay", error=str(exc))
-        return False
+        return None
+    changes: list[Change] = []
     for action, new in zip(actions, options, strict=True):
         if new is None:
             log.warning("settings reloaded without an action the queue no longer names; it runs until the next start",
@@ -45,6 +50,12 @@ def reload_actions(source: str | None, queue: str, actions: Sequence[Action[Any]
         if later:
             log.warning("settings changed that take effect at the next start", action=action.name, keys=later)
         if now:
-            action.reload(dataclasses.replace(old, **{name: getattr(new, name) for name in now}))
+            changes.append((action, dataclasses.replace(old, **{name: getattr(new, name) for name in now})))
             log.info("settings reloaded", action=action.name, **{name: getattr(new, name) for name in now})
-    return True
+    return changes
+
+
+def apply_reload(changes: Sequence[Change]) -> None:
+    """Give each action its reloaded options (on the event loop, where the actions are read)."""
+    for action, options in changes:
+        action.reload(options)

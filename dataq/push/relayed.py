@@ -17,8 +17,6 @@ from dataq.protocol import error_reply
 
 BATCH_IDS = 10_000
 """Ids of the questions waiting that are passed on at once: one walk of the chain for all of them."""
-LEAST_WITHIN = 1.0
-"""Seconds a batch is given at least when its asker's time has run out: its next sites are still tried."""
 ONLY_QUESTIONS = ("audit: this connection passes audit questions on, and carries nothing else: send records and "
                   "receipts queries on a connection of their own")
 
@@ -69,8 +67,7 @@ class RelayedQuestions:
 
     async def _answer(self, batch: list[ReceiptQuery | str]) -> None:
         queries = [item for item in batch if isinstance(item, ReceiptQuery)]
-        within = None if self._deadline is None else max(self._deadline - self._loop.time(), LEAST_WITHIN)
-        answers = iter(await self.relay.answer(queries, within) if queries else [])
+        answers = iter(await self.relay.answer(queries, self._deadline) if queries else [])
         for item in batch:
             text = next(answers) if isinstance(item, ReceiptQuery) else error_reply(item)
             self.deliver(text.encode(), 1)

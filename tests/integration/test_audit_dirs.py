@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -113,7 +114,7 @@ async def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves
     (record,) = make_sources(night, 1, "writing")
     options = WatchOptions(str(night), settle=2.0)
     now = Path(record.path).stat().st_mtime
-    paths = sources.names_of(options)
+    paths = sources.names_of(options).files
     with sources.HashPool(1) as pool:
         async def audited(at: float) -> list[str]:
             newest_ns = sources.settled_before(options, now=at)
@@ -122,3 +123,25 @@ async def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves
 
         assert await audited(now + 1.0) == [], "still being written, maybe"
         assert await audited(now + 2.5) == [record.path]
+
+
+def test_a_folder_that_cannot_be_listed_is_said_and_one_removed_meanwhile_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    night = tmp_path / "night"
+    (kept,) = make_sources(night / "a", 1, "kept")
+    make_sources(night / "locked", 1, "locked")
+    make_sources(night / "rotated", 1, "rotated")
+    real = os.scandir
+
+    def scandir(path: str) -> Any:
+        # Tests run as root, whom no folder's mode stops: the listing fails here instead.
+        if path.endswith("/locked"):
+            raise PermissionError(13, "Permission denied")
+        if path.endswith("/rotated"):
+            raise FileNotFoundError(2, "No such file or directory")
+        return real(path)
+
+    monkeypatch.setattr(sources.os, "scandir", scandir)
+    listing = sources.names_of(WatchOptions(str(night), recursive=True))
+    assert listing.files == [kept.path]
+    assert listing.unlisted == [(str(night / "locked"), "Permission denied")]

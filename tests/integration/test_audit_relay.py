@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from dataq.audit.chain import Ask, asker, walk
 from dataq.audit.questions import Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config import QueueSettings
 from dataq.embedded.redis_server import EmbeddedRedis
+from dataq.handshake import Capability, hello_line
 from dataq.record import Record
 from dataq.store import QueueStore
 from tests.actions_support import empty_root, make_file
@@ -161,3 +163,37 @@ async def test_a_malformed_passed_on_question_is_refused_with_why(chain: Chain, 
         writer.close()
     assert line.startswith(b"Error: audit: ") and error in line
 
+
+
+async def test_past_a_next_site_that_does_not_pass_questions_on_the_asker_goes_on_itself(
+        chain: Chain, tmp_path: Path) -> None:
+    record = make_file(tmp_path / "mountain", "c.fits", b"c frame " * 50)
+    storing.store_batch_sync([(record, "c.fits")], str(chain.root))
+    await done_at(chain.archive_store, [record])
+    questions: list[dict[str, object]] = []
+
+    async def answers_for_itself(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A site that answers audit questions (its hello names audit) but does not pass them on."""
+        await reader.readline()  # the asker's hello
+        writer.write(hello_line(frozenset({Capability.AUDIT})))
+        while line := await reader.readline():
+            question = json.loads(line)
+            questions.append(question)
+            for record_id in question["audit"]:
+                writer.write(Answer(record_id, SiteState.DONE, "older-valley", (chain.archive_address,)).line()
+                             .encode())
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answers_for_itself, LOOPBACK, 0)
+    older = f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}"
+    try:
+        asked: list[str] = []
+        first = {record.checksum: Answer(record.checksum, SiteState.CUSTODY, "mountain", (older,))}
+        (journey,) = (await walk(first, recording(asker("mountain", None, 5.0), asked))).values()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert asked == [older, chain.archive_address], "the asker itself asks the site after"
+    assert all("forward" not in question and "within" not in question for question in questions)
+    assert [hop.site for hop in journey] == ["mountain", "older-valley", "archive"]
