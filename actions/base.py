@@ -90,7 +90,7 @@ class ActionContext:
 
 
 OptionsT = TypeVar("OptionsT")
-RELOADABLE = ("windows", "bandwidth")
+RELOADABLE = ("windows", "bandwidth", "max_connections")
 """The options a running pop daemon takes again on SIGHUP (:mod:`dataq.pop.reload`): the others at its next start."""
 
 

@@ -104,6 +104,15 @@ class Connections:
         share = max(1, total // max(1, self.at_once) // 1024)
         return [argv[0], f"--bwlimit={share}", *argv[1:]]
 
+    def resize(self, most: int) -> None:
+        """At most ``most`` calls at once from now on (a reload of ``max_connections``): calls running go on; the
+        daemon's own cap, if lower, is found again as before."""
+        held_back = self.at_once < self.most  # the destination's own cap holds the calls below the most
+        self.most = most
+        self.at_once = min(self.at_once, most) if held_back else most
+        self._through = 0
+        self._wake()
+
     def _narrow(self, open_now: int) -> None:
         at_once = max(1, min(self.at_once, open_now))
         if at_once < self.at_once:

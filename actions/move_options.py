@@ -96,6 +96,9 @@ class NetworkMoveOptions(BatchOptions):
     windows: tuple[str, ...] = ()
     """Times of day the destination is used, ``"HH:MM-HH:MM"`` in local time (none: always):
     :mod:`dataq.windows`."""
+    max_connections: int | None = None
+    """rsync connections to the destination at once at most (None: one per batch in flight, four); the batches
+    beyond wait their turn."""
     bandwidth: str | None = None
     """The most the transfers to the destination take together, per second: a rate (``"10M"``) or a timetable in
     rclone's form (``"08:00,512K 19:00,10M 23:00,off"``), shared by the rsync calls opened at once (None: no limit):
@@ -104,6 +107,8 @@ class NetworkMoveOptions(BatchOptions):
     def __post_init__(self) -> None:
         check_windows(self.windows)
         check_bandwidth(self.bandwidth)
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
         destination_kind(self.destination)
         check_layout(self.layout)
         if self.algorithm is not None:
@@ -138,6 +143,11 @@ class NetworkMoveOptions(BatchOptions):
     @property
     def after_receipt(self) -> bool:
         return self.remove_source == AFTER_RECEIPT
+
+    @property
+    def connections(self) -> int:
+        """rsync connections to the destination at once at most."""
+        return min(self.in_flight, self.max_connections or self.in_flight)
 
     @property
     def handon_tls(self) -> bool:

@@ -159,7 +159,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
                                site=context.site, algorithm=self.algorithm)
         self._custody = SenderCustody(self._handon, context, options)
         self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
-        self._connections = Connections(options.destination, options.in_flight, limit=self._limit_now)
+        self._connections = Connections(options.destination, options.connections, limit=self._limit_now)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
@@ -185,6 +185,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
     def reload(self, options: NetworkMoveOptions) -> None:
         super().reload(options)
         self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
+        self._connections.resize(options.connections)
 
     def _limit_now(self) -> int | None:
         """The bytes per second the transfers may take together now (None: no limit)."""

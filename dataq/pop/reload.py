@@ -1,5 +1,5 @@
-"""What a running pop daemon takes again on SIGHUP (``systemctl reload``): its actions' ``windows`` and
-``bandwidth`` (:data:`~dataq.actions.base.RELOADABLE`), read afresh from its settings file.
+"""What a running pop daemon takes again on SIGHUP (``systemctl reload``): its actions' ``windows``, ``bandwidth``
+and ``max_connections`` (:data:`~dataq.actions.base.RELOADABLE`), read afresh from its settings file.
 
 Any other change is logged as taking effect at the next start, and left alone. Settings that do not load (a
 mistake in the file) are refused as a whole, logged with their error, and the daemon goes on with the ones in use:

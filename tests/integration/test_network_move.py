@@ -283,6 +283,17 @@ def test_custody_settings_that_cannot_work_are_refused_naming_the_key(options: d
         make_action(tmp_path, destination="/data", **options)
 
 
+@pytest.mark.parametrize(("options", "words"), [
+    ({"max_connections": 0}, "max_connections must be at least 1"),
+    ({"bandwidth": "fast"}, "bandwidth 'fast': 'fast' is not a rate"),
+    ({"windows": ["19:00-07:00", "06:00-08:00"]}, "overlap"),
+])
+def test_limits_given_wrong_are_refused_naming_the_key(options: dict[str, Any], words: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"queues\.transfer\.network_move") as refused:
+        make_action(tmp_path, destination="/data", **options)
+    assert words in str(refused.value)
+
+
 @pytest.mark.parametrize("destination", ["rsync://u@valley:873/mod/deep/path", "rsync://valley/mod",
                                          "observer@valley:/data", "valley:", "[::1]:/data", "/data"])
 def test_accepted_destination_forms(destination: str, tmp_path: Path) -> None:

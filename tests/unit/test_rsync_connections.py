@@ -155,3 +155,23 @@ async def test_a_cancelled_call_frees_its_room() -> None:
 ])
 def test_only_the_daemons_own_refusal_counts_as_being_at_its_cap(status: int, stderr: str, refused: bool) -> None:
     assert Completed(status, "", stderr).at_cap is refused
+
+
+async def test_max_connections_caps_the_calls_at_once_and_a_reload_resizes_them() -> None:
+    daemon = Daemon(cap=100, seconds=0.02)
+    connections = Connections("rsync://far/m", 1, daemon.run, pause=0.001)  # max_connections = 1
+    await asyncio.gather(*(connections.run([f"call {n}"]) for n in range(6)))
+    assert daemon.most_open == 1 and daemon.refused == 0
+    connections.resize(3)
+    await asyncio.gather(*(connections.run([f"call {n}"]) for n in range(9)))
+    assert daemon.most_open == 3
+    assert connections.status() == {}, "the cap is the operator's, not a destination holding calls back"
+
+
+async def test_each_call_takes_the_bandwidth_over_the_most_calls_at_once() -> None:
+    daemon = Daemon(cap=100)
+    connections = Connections("rsync://far/m", 4, daemon.run, pause=0.001, limit=lambda: 8 * 1024 * 1024)
+    result = await connections.run(["rsync", "-a"])
+    assert result.stdout == "rsync --bwlimit=2048 -a", "8 MiB/s over four calls at most: 2,048 KiB/s each"
+    connections.resize(2)
+    assert (await connections.run(["rsync", "-a"])).stdout == "rsync --bwlimit=4096 -a"
