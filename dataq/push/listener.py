@@ -64,6 +64,8 @@ class Listener:
         self.relay = relay
         """Answers the audit questions to pass on along the chain (None: they are answered as this site's alone)."""
         self.connections: set[FeederConnection] = set()
+        self.relaying: set[RelayedQuestions] = set()
+        """The connections' questions being passed on (ended at shutdown with the connections)."""
         self.accepted = 0
         self.refused = 0
         self._all_closed = asyncio.Event()
@@ -121,6 +123,10 @@ class Listener:
                 await self._all_closed.wait()
         for connection in list(self.connections):
             connection.abort()
+        relaying = list(self.relaying)
+        for relayed in relaying:
+            relayed.close()
+        await asyncio.gather(*(relayed.closed() for relayed in relaying))
 
 
 class FeederConnection(asyncio.Protocol):
@@ -297,6 +303,8 @@ class FeederConnection(asyncio.Protocol):
         if self.relayed is None:
             assert relay is not None
             self.relayed = RelayedQuestions(relay, self._write, self._lines_before_answered, self.abort)
+            self.listener.relaying.add(self.relayed)
+            self.relayed.when_done(self.listener.relaying.discard)
             self.log.debug("an audit connection: passing its questions on")
         self.in_flight += 1
         self.relayed.add(item)

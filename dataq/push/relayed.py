@@ -8,6 +8,7 @@ because its answer would have to wait behind round trips to other sites.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 from dataq.audit.relay import Relay
@@ -48,6 +49,15 @@ class RelayedQuestions:
 
     def close(self) -> None:
         self._task.cancel()
+
+    def when_done(self, callback: Callable[[RelayedQuestions], None]) -> None:
+        """Call ``callback`` with this object once its answering task has ended."""
+        self._task.add_done_callback(lambda _: callback(self))
+
+    async def closed(self) -> None:
+        """Once the answering task has ended (after :meth:`close`): nothing of it is left pending at shutdown."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
     async def _run(self) -> None:
         await self.committed()
