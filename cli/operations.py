@@ -266,8 +266,9 @@ async def _summary(ctx: Context) -> None:
     workers = await ctx.store.workers()
     alive = sum(1 for w in workers if w.heartbeat is not None)
     replication = await ctx.store.replication_status() if ctx.store.highly_available else None
+    outages = unreachable_destinations(workers, summary.active + summary.delayed)
     ctx.out.summary(summary, alive, await rates(ctx.store), await queue_eta(ctx.store, summary, workers), replication,
-                    unreachable_destinations(workers, summary), await custody_report(ctx.store, summary, workers))
+                    outages, await custody_report(ctx.store, summary, workers))
 
 
 async def _follow(ctx: Context) -> None:

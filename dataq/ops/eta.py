@@ -10,13 +10,13 @@ was done in the window.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dataq.ops.documents import duration, when
-from dataq.ops.health import Rates, Unreachable, live_pops, outside_windows, rates, unreachable_destinations
+from dataq.ops.health import Rates, rates
+from dataq.ops.holds import Hold, what_holds
 from dataq.store import QueueStore, Summary, Worker
 
 ETA_WINDOW = 300.0
@@ -24,14 +24,8 @@ ETA_WINDOW = 300.0
 change of pace."""
 
 
-class EtaUnknown(enum.StrEnum):
-    """Why the time cannot be said."""
-
-    PAUSED = "paused"
-    UNREACHABLE = "unreachable"
-    OUTSIDE_WINDOW = "outside_window"
-    NO_WORKER = "no_worker"
-    NO_RATE = "no_rate"
+NO_RATE = "no_rate"
+"""Why the time cannot be said when nothing holds the queue back: nothing was done in the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +36,14 @@ class Eta:
     done_per_minute: float
     window: float
     seconds: float | None
-    unknown: EtaUnknown | None = None
+    unknown: str | None = None
+    """Why the time cannot be said: a :class:`~dataq.ops.holds.Hold`'s value, or :data:`NO_RATE`."""
     why: str = ""
 
     def doc(self) -> dict[str, Any]:
         return {"seconds": None if self.seconds is None else round(self.seconds, 1), "backlog": self.backlog,
                 "done_per_minute": round(self.done_per_minute, 3), "window_seconds": self.window,
-                "unknown": None if self.unknown is None else self.unknown.value, "why": self.why or None}
+                "unknown": self.unknown, "why": self.why or None}
 
     def describe(self) -> str:
         """One line for people."""
@@ -65,26 +60,23 @@ def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker]) -> Eta:
     backlog = summary.active + summary.delayed + summary.in_flight
     done = recent.per_minute.get("done", 0.0)
 
-    def unknown(code: EtaUnknown, why: str) -> Eta:
+    def unknown(code: str, why: str) -> Eta:
         return Eta(backlog, done, recent.window, None, code, why)
 
     if not backlog:
         return Eta(0, done, recent.window, 0.0)
-    if not summary.action:
-        return unknown(EtaUnknown.PAUSED, "paused: the queue's actions are off")
-    pops = live_pops(workers)
-    if not pops:
-        return unknown(EtaUnknown.NO_WORKER, "no pop daemon of the queue is running")
-    shut = outside_windows(pops)
-    if shut:
-        return unknown(EtaUnknown.OUTSIDE_WINDOW, f"destination {shut[0].destination} outside its windows "
-                                                  f"({shut[0].windows}) until {when(shut[0].opens)}")
-    outages: list[Unreachable] = unreachable_destinations(pops, summary)
-    if outages:
-        return unknown(EtaUnknown.UNREACHABLE, f"destination {outages[0].destination} unreachable since "
-                                               f"{when(outages[0].since)}")
+    held = what_holds(summary.action, workers)
+    if held is not None:
+        more = held.fields
+        return unknown(held.hold.value, {
+            Hold.PAUSED: "paused: the queue's actions are off",
+            Hold.NO_WORKER: "no pop daemon of the queue is running",
+            Hold.OUTSIDE_WINDOW: f"destination {more.get('destination')} outside its windows "
+                                 f"({more.get('windows')}) until {when(more.get('opens'))}",
+            Hold.UNREACHABLE: f"destination {more.get('destination')} unreachable since {when(more.get('since'))}",
+        }[held.hold])
     if done <= 0:
-        return unknown(EtaUnknown.NO_RATE, f"no rate yet: nothing done in the last {recent.window:.0f} s")
+        return unknown(NO_RATE, f"no rate yet: nothing done in the last {recent.window:.0f} s")
     return Eta(backlog, done, recent.window, backlog / done * 60.0)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dataq.store import QueueStore, ReplicationStatus, Summary, Worker
+from dataq.store import QueueStore, ReplicationStatus, Worker
 
 RATE_WINDOW = 60.0
 """Seconds the rates are counted over."""
@@ -65,8 +65,9 @@ def live_pops(workers: Sequence[Worker]) -> list[Worker]:
     return [worker for worker in workers if worker.heartbeat is not None and worker.info.get("role") == POP_ROLE]
 
 
-def unreachable_destinations(workers: Sequence[Worker], summary: Summary) -> list[Unreachable]:
-    """The outages the live pop daemons report, one per destination, the oldest first."""
+def unreachable_destinations(workers: Sequence[Worker], waiting: int = 0) -> list[Unreachable]:
+    """The outages the live pop daemons report, one per destination, the oldest first; ``waiting``: the records
+    waiting for them (the queue's active and delayed ones, since each runs every action)."""
     found: dict[str, tuple[float, str, list[str]]] = {}
     for worker in workers:
         outages = (worker.heartbeat or {}).get("unreachable")
@@ -74,7 +75,7 @@ def unreachable_destinations(workers: Sequence[Worker], summary: Summary) -> lis
             destination, since = str(outage.get("destination", "?")), float(outage.get("since", 0.0))
             first, error, names = found.get(destination, (since, str(outage.get("error", "")), []))
             found[destination] = (min(first, since), error, [*names, worker.worker_id])
-    return sorted((Unreachable(destination, since, error, summary.active + summary.delayed, tuple(names))
+    return sorted((Unreachable(destination, since, error, waiting, tuple(names))
                    for destination, (since, error, names) in found.items()), key=lambda u: u.since)
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dataq.ops.documents import when
-from dataq.ops.health import live_pops, outside_windows, unreachable_destinations
-from dataq.store import CustodyEntry, Flag, Known, Lost, QueueStore, RecordView, Summary, Worker
+from dataq.ops.holds import Hold, what_holds
+from dataq.store import CustodyEntry, Flag, Known, Lost, QueueStore, RecordView, Worker
 from dataq.store.remembered import Done
 
 
@@ -107,33 +107,25 @@ def _queued(view: RecordView, flags: Mapping[Flag, bool], workers: Sequence[Work
     ahead = (view.place or 1) - 1
     fields: dict[str, Any] = {"ahead": ahead, "place": view.place, "active": view.active_length}
     behind = f"{ahead:,} record{'' if ahead == 1 else 's'} ahead of it"
-    if not flags.get(Flag.ACTION, True):
-        return Why(record_id, WaitCode.PAUSED, f"the queue's actions are off, {behind}; to run them: "
-                                               "dataq-cli --action on", fields)
-    pops = live_pops(workers)
-    if not pops:
-        return Why(record_id, WaitCode.NO_WORKER, f"{behind}, but no pop daemon of the queue is running: "
-                                                  "start one (dataq pop, or systemctl start dataq)", fields)
-    shut = outside_windows(pops)
-    if shut:
-        window = shut[0]
-        return Why(record_id, WaitCode.OUTSIDE_WINDOW,
-                   f"destination {window.destination} is used only in its windows ({window.windows}): claiming "
-                   f"starts again at {when(window.opens)}, {behind}",
-                   {**fields, "destination": window.destination, "windows": window.windows, "opens": window.opens})
-    outages = unreachable_destinations(pops, _NO_SUMMARY)
-    if outages:
-        outage = outages[0]
-        probe = _next_probe(pops, outage.destination)
-        return Why(record_id, WaitCode.UNREACHABLE,
-                   f"destination {outage.destination} unreachable since {when(outage.since)} "
-                   f"({_one_line(outage.error)}); the next probe "
-                   + (f"at {when(probe)}" if probe is not None and probe > now else "is due now")
-                   + f", then the queue runs again, {behind}",
-                   {**fields, "destination": outage.destination, "since": outage.since, "error": outage.error,
-                    "next_probe": probe})
-    return Why(record_id, WaitCode.QUEUED, f"{behind} (place {view.place:,} of {view.active_length:,} "
-                                           "in run order); it runs when they have", fields)
+    held = what_holds(flags.get(Flag.ACTION, True), workers)
+    if held is None:
+        return Why(record_id, WaitCode.QUEUED, f"{behind} (place {view.place:,} of {view.active_length:,} "
+                                               "in run order); it runs when they have", fields)
+    more = held.fields
+    if held.hold is Hold.PAUSED:
+        text = f"the queue's actions are off, {behind}; to run them: dataq-cli --action on"
+    elif held.hold is Hold.NO_WORKER:
+        text = f"{behind}, but no pop daemon of the queue is running: start one (dataq pop, or systemctl start dataq)"
+    elif held.hold is Hold.OUTSIDE_WINDOW:
+        text = (f"destination {more['destination']} is used only in its windows ({more['windows']}): claiming "
+                f"starts again at {when(more['opens'])}, {behind}")
+    else:
+        probe = more["next_probe"]
+        text = (f"destination {more['destination']} unreachable since {when(more['since'])} "
+                f"({_one_line(more['error'])}); the next probe "
+                + (f"at {when(probe)}" if probe is not None and probe > now else "is due now")
+                + f", then the queue runs again, {behind}")
+    return Why(record_id, WaitCode(held.hold.value), text, {**fields, **more})
 
 
 def _untracked(view: RecordView, known: Known, flags: Mapping[Flag, bool]) -> Why:
@@ -167,23 +159,6 @@ def _untracked(view: RecordView, known: Known, flags: Mapping[Flag, bool]) -> Wh
                                             f"done longer ago than remember_done{reading}", {})
 
 
-def _next_probe(workers: Sequence[Worker], destination: str) -> float | None:
-    """When the first of the pop daemons that cannot reach ``destination`` probes it next (from their heartbeats)."""
-    probes = []
-    for worker in workers:
-        beat = worker.heartbeat or {}
-        outages, at = beat.get("unreachable"), beat.get("at")
-        for outage in outages if isinstance(outages, list) else ():
-            wait = outage.get("next_probe_in")
-            if outage.get("destination") == destination and isinstance(wait, (int, float)) \
-                    and isinstance(at, (int, float)):
-                probes.append(float(at) + float(wait))
-    return min(probes, default=None)
-
-
 def _one_line(text: str | None) -> str:
     return " ".join(text.split()) if text else "no error recorded"
 
-
-_NO_SUMMARY = Summary("", 0, 0, 0, 0, 0, True, True, 0, {})
-"""The outages' ``waiting`` counts are not used here."""

@@ -83,7 +83,8 @@ class Console:
             "rates": {**{f"{kind}_per_minute": round(value, 3) for kind, value in recent.per_minute.items()},
                       "covered_seconds": round(recent.covered, 3), "complete": recent.complete},
             "eta": eta.describe(), "eta_seconds": eta.doc()["seconds"],
-            "unreachable": [unreachable_doc(u) for u in unreachable_destinations(workers, summary)],
+            "unreachable": [unreachable_doc(u) for u in
+                            unreachable_destinations(workers, summary.active + summary.delayed)],
             "counters": summary.counters,
             "site": self.settings.site,
             "custody": None if custody is None else custody.as_dict(time.time()),
