@@ -116,7 +116,8 @@ class HandOn:
     async def __call__(self, record: Record, path: str) -> str:
         """Hand ``record`` on as ``path``; the next site that took it (``""``: kept in the spool). ActionError if
         a next site refuses it, Retryable if none answers."""
-        handed = Record(path=path, checksum=record.checksum, size=record.size, again=record.again)
+        handed = Record(path=path, checksum=record.checksum, size=record.size, again=record.again,
+                        activity=record.activity)
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""

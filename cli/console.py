@@ -76,7 +76,7 @@ Exit status:
 
 
 def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRules,
-            again: bool) -> tuple[tuple[str, Record], ...]:
+            again: bool, activity: str | None) -> tuple[tuple[str, Record], ...]:
     pushes: list[tuple[str, Record]] = []
     for line in pushstr:
         try:
@@ -84,7 +84,18 @@ def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRu
         except InvalidRecord as exc:
             raise InvalidRecord(f"--pushstr {line!r}: {exc}") from exc
     pushes += [("pushfile", files.file_record(path, rules)) for path in pushfile]
+    if activity is not None:
+        pushes = [(switch, replace(record, activity=activity)) for switch, record in pushes]
     return tuple((switch, replace(record, again=True) if again else record) for switch, record in pushes)
+
+
+def _checked_activity(activity: str | None, rules: RecordRules) -> str | None:
+    if activity is None:
+        return None
+    try:
+        return rules.check_activity(activity, None)
+    except InvalidRecord as exc:
+        raise click.UsageError(f"--activity: {exc}") from exc
 
 
 def _checked_id(record_id: str, rules: RecordRules, switch: str = "--show") -> str:
@@ -171,6 +182,8 @@ def _unavailable(exc: StoreUnavailable, url: str, settings: Settings, explicit_u
 @click.option("--again", is_flag=True,
               help="With --load, --pushstr, --pushfile: push records even if the queue remembers them done, and "
               "hand them on marked so (every site moves them again).")
+@click.option("--activity", metavar="NAME", default=None,
+              help="With --load, --pushstr, --pushfile: queue every record in this activity of the queue.")
 @click.option("--workers", is_flag=True,
               help="The worker registry: host, pid, since, heartbeat, done, failed (with --json, also destinations "
               "that take fewer network_move calls at once).")
@@ -208,6 +221,7 @@ def main(
     pushstr: tuple[str, ...],
     pushfile: tuple[str, ...],
     again: bool,
+    activity: str | None,
     workers: bool,
     events: int | None,
     follow: bool,
@@ -223,6 +237,8 @@ def main(
         raise click.UsageError("--limit and --offset page --list; give --list too")
     if again and not (load or pushstr or pushfile):
         raise click.UsageError("--again applies to --load, --pushstr and --pushfile; give one of them too")
+    if activity is not None and not (load or pushstr or pushfile):
+        raise click.UsageError("--activity applies to --load, --pushstr and --pushfile; give one of them too")
     if redis_url is not None and (redis_host is not None or redis_port is not None):
         raise click.UsageError("--redis and --host/--port both name the Redis server; give one or the other")
     settings = load_or_exit(config_path)
@@ -242,9 +258,10 @@ def main(
             action=None if action is None else action == "on",
             read=None if read is None else read == "on",
             clear=clear,
-            pushes=_pushes(pushstr, pushfile, queue.rules, again),
+            pushes=_pushes(pushstr, pushfile, queue.rules, again, _checked_activity(activity, queue.rules)),
             load=load,
             again=again,
+            activity=activity,
             advance=advance,
             deactivate=deactivate,
             activate=activate,

@@ -22,7 +22,7 @@ from dataq.cli.options import (
 )
 from dataq.config import MAX_PORT, Settings
 from dataq.config.feed_settings import parse_target
-from dataq.errors import ConfigError, DataqError
+from dataq.errors import ConfigError, DataqError, InvalidRecord
 from dataq.feed.client import Target
 
 if TYPE_CHECKING:
@@ -64,13 +64,15 @@ POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option("--status", "show_status", is_flag=True,
               help="Show what a spool holds (--spool DIR, --watch DIR's, or every spool of the settings).")
 @click.option("--retry-refused", is_flag=True, help="Make the records a spool holds as refused pending again.")
+@click.option("--activity", metavar="NAME", default=None,
+              help="Feed every record in this activity of the queue (default: the queue's globs decide).")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), required=False)
 def feed(config_path: str | None, queue_name: str | None, host: str | None, port: int | None,
          targets: tuple[str, ...], scan_dir: str | None, watch_dir: str | None, recursive: bool | None,
          include: tuple[str, ...], exclude: tuple[str, ...], poll: float | None, settle: float | None,
          spool_dir: str | None, retry_for: float | None, window: int | None, tls_ca: str | None,
          tls_cert: str | None, tls_key: str | None, show_status: bool, retry_refused: bool,
-         file: str | None) -> None:
+         activity: str | None, file: str | None) -> None:
     """Send records to a push daemon: a FILE of record lines (- for stdin), every file under --scan DIR, or each
     file written into --watch DIR. With a spool (always with --watch), records are kept on disk until answered."""
     settings = load_or_exit(config_path)
@@ -103,9 +105,15 @@ def feed(config_path: str | None, queue_name: str | None, host: str | None, port
     fed = settings.feed
     tls = (tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else (fed.tls_ca, fed.tls_cert, fed.tls_key)
     rules = settings.queue(queue).rules
+    if activity is not None:
+        try:
+            rules.check_activity(activity, None)
+        except InvalidRecord as exc:
+            raise click.UsageError(f"--activity: {exc}") from exc
     window = window or fed.window
     if watch_dir is not None:
-        _watch(settings, watch_dir, spool_dir, chosen, window, tls, rules, recursive, include, exclude, poll, settle)
+        _watch(settings, watch_dir, spool_dir, chosen, window, tls, rules, recursive, include, exclude, poll, settle,
+               activity)
         return
     from dataq.feed.client import DEFAULT_RETRY_FOR
     from dataq.feed.command import feed_command
@@ -118,12 +126,14 @@ def feed(config_path: str | None, queue_name: str | None, host: str | None, port
     run_command(feed_command(host=first_host, port=first_port, also=others, file=file, scan_dir=scan_dir, window=window,
                       tls_ca=tls[0], tls_cert=tls[1], tls_key=tls[2], rules=rules,
                       retry_for=DEFAULT_RETRY_FOR if retry_for is None else retry_for,
-                      target_timeout=fed.timeout, failback_after=fed.failback_after, spool=spool_dir))
+                      target_timeout=fed.timeout, failback_after=fed.failback_after, spool=spool_dir,
+                      activity=activity))
 
 
 def _watch(settings: Settings, watch_dir: str, spool_dir: str | None, chosen: list[Target], window: int,
            tls: tuple[str | None, str | None, str | None], rules: Any, recursive: bool | None,
-           include: tuple[str, ...], exclude: tuple[str, ...], poll: float | None, settle: float | None) -> None:
+           include: tuple[str, ...], exclude: tuple[str, ...], poll: float | None, settle: float | None,
+           activity: str | None) -> None:
     from dataq.feed.client import client_tls_context
     from dataq.feed.command import watch_command
     from dataq.feed.spooled import Link, spool_dir_for
@@ -137,6 +147,7 @@ def _watch(settings: Settings, watch_dir: str, spool_dir: str | None, chosen: li
         exclude=exclude or fed.exclude,
         poll=poll if poll is not None else fed.poll,
         settle=settle if settle is not None else fed.settle,
+        activity=activity,
     )
     daemon_logging(settings, "feed")
     context = _exit_on_error(lambda: client_tls_context(*tls) if (tls[0] or tls[1]) else None)

@@ -91,12 +91,14 @@ async def load(
     warn: Callable[[str], None],
     progress: bool,
     again: bool = False,
+    activity: str | None = None,
 ) -> LoadOutcome:
     """Push every record line of ``path`` (``-``: stdin) in file order, ``LOAD_BATCH`` records per commit.
 
     Blank lines are skipped; with ``again`` every record is pushed even if the queue remembers it done (as a line
-    that says ``"again": true`` is). A malformed line stops the load with a FileProblem naming the file and line; the
-    batches before it stay loaded, since Redis has acknowledged them.
+    that says ``"again": true`` is); with ``activity`` every record is queued in it, whatever its line names. A
+    malformed line stops the load with a FileProblem naming the file and line; the batches before it stay loaded,
+    since Redis has acknowledged them.
     """
     outcome = LoadOutcome()
     source = f"load:{'stdin' if path == STDIN else os.path.basename(path)}"
@@ -127,6 +129,8 @@ async def load(
                     continue
                 try:
                     record = parse_line(line, rules)
+                    if activity is not None:
+                        record = replace(record, activity=activity)
                     batch.append(replace(record, again=True) if again and not record.again else record)
                 except InvalidRecord as exc:
                     await flush()

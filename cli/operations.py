@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from dataq.custody.journey import Tracer
 from dataq.custody.receipts import ReceiptKind
 from dataq.custody.report import custody_report
-from dataq.ops.eta import queue_eta
+from dataq.ops.eta import activity_etas, queue_eta
 from dataq.ops.health import check_health, rates, unreachable_destinations
 from dataq.ops.why import WaitCode, why
 from dataq.protocol import ignored_reply, pushed_reply
@@ -52,6 +52,8 @@ class Request:
     load: str | None = None
     again: bool = False
     """--load pushes its records sent again on purpose (--pushstr's and --pushfile's already say so)."""
+    activity: str | None = None
+    """--load queues every record in this activity (--pushstr's and --pushfile's already say so)."""
     advance: tuple[str, str] | None = None
     deactivate: tuple[str, str] | None = None
     activate: tuple[str, str] | None = None
@@ -117,7 +119,7 @@ async def _push(ctx: Context) -> None:
         ctx.out.pushed(switch, record, stored, reply.rstrip("\n"))
     if ctx.request.load is not None:
         outcome = await files.load(ctx.store, ctx.request.load, ctx.rules, warn=ctx.out.warn, progress=ctx.progress,
-                                   again=ctx.request.again)
+                                   again=ctx.request.again, activity=ctx.request.activity)
         ctx.out.loaded(ctx.request.load, outcome.loaded, outcome.duplicates)
 
 
@@ -268,7 +270,8 @@ async def _summary(ctx: Context) -> None:
     replication = await ctx.store.replication_status() if ctx.store.highly_available else None
     outages = unreachable_destinations(workers, summary.active + summary.delayed)
     ctx.out.summary(summary, alive, await rates(ctx.store), await queue_eta(ctx.store, summary, workers), replication,
-                    outages, await custody_report(ctx.store, summary, workers))
+                    outages, await custody_report(ctx.store, summary, workers),
+                    await activity_etas(ctx.store, summary, workers))
 
 
 async def _follow(ctx: Context) -> None:

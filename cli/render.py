@@ -26,7 +26,7 @@ from dataq.ops.documents import (
     when,
     worker_doc,
 )
-from dataq.ops.eta import Eta
+from dataq.ops.eta import ActivityEta, Eta
 from dataq.ops.health import Rates, Unreachable, replication_problems
 from dataq.ops.why import Why
 from dataq.record import Record, format_list_line
@@ -240,11 +240,13 @@ class Renderer:
 
     def summary(self, summary: Summary, alive: int, rates: Rates, eta: Eta,
                 replication: ReplicationStatus | None = None, unreachable: Sequence[Unreachable] = (),
-                custody: CustodyReport | None = None) -> None:
+                custody: CustodyReport | None = None, activities: Sequence[ActivityEta] = ()) -> None:
         if self.as_json:
             extra: dict[str, Any] = {} if replication is None else {"replication": _replication_doc(replication)}
             extra["eta_seconds"] = eta.doc()["seconds"]
             extra["eta"] = eta.doc()
+            if activities:
+                extra["activities"] = {a.activity: a.doc() for a in activities}
             if custody is not None:
                 extra["custody"] = custody.as_dict(time.time())
             self._doc(
@@ -288,6 +290,8 @@ class Renderer:
             f"  rates:     {per_minute} per minute ({span})",
             f"  eta:       {eta.describe()}",
         ]
+        lines += [f"  activity {a.activity}: {a.active} queued, {a.done} done; eta {a.eta.describe()}"
+                  for a in activities]
         lines += [f"  unreachable: {u.destination} since {when(u.since)} ({duration(time.time() - u.since)}), "
                   f"{u.waiting} records waiting; last error: {_one_line(u.error)}" for u in unreachable]
         if custody is not None:

@@ -58,6 +58,8 @@ class Capability(enum.StrEnum):
     """A record line's ``"again"`` key: a record sent again on purpose, stored even if remembered done."""
     PASS_ON = "pass_on"
     """Audit questions with ``"forward"``: the site passes them on along its chain and adds the answers after it."""
+    ACTIVITY = "activity"
+    """A record line's ``"activity"`` key: the activity the record is served in (:mod:`dataq.activities`)."""
 
 
 OURS: Final = frozenset(Capability)

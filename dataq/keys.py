@@ -60,6 +60,13 @@ key                    type    what it holds                                    
                                audit found missing or damaged (:mod:`.store.audits`).       clear
 ``audits``             hash    directory or storing root -> JSON of its last audit          dataq audit;
                                (when, counts per class, repairs).                           permanent
+``active:<a>``         list    the ids of activity ``a`` waiting to run, as ``active`` holds   as ``active``
+                               the ``default`` activity's (:mod:`dataq.activities`).
+``activities``         set     the activities that ever had a list here: the pop daemon     push; permanent
+                               adopts the lists of those it no longer serves.
+``shares``             hash    activity -> its credit in the smooth weighted round robin    claim; clear
+                               that shares claims between activities (``claim.lua``).
+``rates:<a>``          hash    activity ``a``'s ring of done counts, as ``rates``.           ack; bounded
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
@@ -77,6 +84,10 @@ from dataclasses import dataclass
 PREFIX = "dq"
 QUEUE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 WORKER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+ACTIVITY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+"""An activity's name: part of a key (``active:<name>``) and a word on the wire."""
+DEFAULT_ACTIVITY = "default"
+"""The activity of a record that names none and matches no activity's globs."""
 DONE_SHARDS = 65_536
 """Shards per generation of the remembered done records: one per value of a digest's first two bytes."""
 
@@ -101,6 +112,29 @@ class QueueKeys:
     @property
     def active(self) -> str:
         return self._key("active")
+
+    def active_of(self, activity: str) -> str:
+        """The active list of one activity: the ``default`` activity's is ``active`` itself, so a queue without
+        activities keeps its one list, and records queued before activities existed stay where they run."""
+        if activity == DEFAULT_ACTIVITY:
+            return self.active
+        if ACTIVITY_PATTERN.fullmatch(activity) is None:
+            raise ValueError(f"invalid activity name {activity!r}")
+        return self._key(f"active:{activity}")
+
+    def rates_of(self, activity: str) -> str:
+        """The ring of one activity's done counts (the queue's own ring for ``default``'s is ``rates``)."""
+        if ACTIVITY_PATTERN.fullmatch(activity) is None:
+            raise ValueError(f"invalid activity name {activity!r}")
+        return self._key(f"rates:{activity}")
+
+    @property
+    def activities(self) -> str:
+        return self._key("activities")
+
+    @property
+    def shares(self) -> str:
+        return self._key("shares")
 
     @property
     def inactive(self) -> str:
@@ -216,6 +250,7 @@ class QueueKeys:
             self.lasterror,
             self.crashes,
             self.lost,
+            self.shares,
         )
 
 

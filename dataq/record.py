@@ -23,6 +23,7 @@ from dataq.checksum import DEFAULT_ALGORITHM, HEX_DIGITS
 from dataq.errors import InvalidRecord
 from dataq.file_identity import Identity
 from dataq.handshake import Capability
+from dataq.keys import ACTIVITY_PATTERN, DEFAULT_ACTIVITY
 
 
 def pattern_for(algorithm: str) -> str:
@@ -48,9 +49,11 @@ whose queue uses another is refused, not silently mismatched)."""
 IDENTITY_KEY = "identity"
 """An optional key of the JSON form: the identity of the file the feeder hashed (:attr:`Record.identity`)."""
 AGAIN_KEY = "again"
+ACTIVITY_KEY = "activity"
+"""The JSON key naming a record's activity (:mod:`dataq.activities`)."""
 """An optional key of the JSON form: ``true`` for a record sent again on purpose (:attr:`Record.again`)."""
 IDENTITY_FIELDS = 5
-OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY, AGAIN_KEY})
+OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY, AGAIN_KEY, ACTIVITY_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """A site's name (the setting ``site``)."""
 DIGITS = re.compile(r"[0-9]+")
@@ -90,6 +93,9 @@ class Record:
     again: bool = False
     """Sent again on purpose (``dataq-cli --again``, an audit's repair): stored even if the queue remembers the id
     done, and handed on marked so, so that every site of a cascade moves the file again."""
+    activity: str | None = None
+    """The activity its feeder or the site before named (None: none named; :mod:`dataq.activities` then assigns
+    one by the path); as stored, the activity it is queued in (None: ``default``)."""
 
     @property
     def id(self) -> str:
@@ -103,6 +109,8 @@ class RecordRules:
     checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
     algorithm: str = DEFAULT_ALGORITHM
     """The queue's checksum algorithm (``[queues.NAME] checksum``): what its feeders compute."""
+    activities: frozenset[str] = frozenset({DEFAULT_ACTIVITY})
+    """The activities the queue defines (``default`` always): a feeder may name only these."""
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +130,17 @@ class RecordRules:
             raise InvalidRecord(f"checksum {checksum!r} does not match the pattern {self.checksum_pattern!r} of "
                                 f"this queue's {self.algorithm} checksums")
         return checksum
+
+    def check_activity(self, activity: str, site: str | None) -> str | None:
+        """The activity a record line named, if the queue defines it. A feeder's line naming another is refused;
+        a site's hand-on keeps it only if this queue defines it too (else None: this queue's own globs decide), so
+        that a cascade whose sites define different activities still moves every record."""
+        if activity in self.activities:
+            return activity
+        if site is not None:
+            return None
+        raise InvalidRecord(f"unknown activity {_shortened(activity)!r}; this queue's activities are: "
+                            f"{', '.join(sorted(self.activities))}")
 
     def check_algorithm(self, algorithm: object) -> None:
         """A record that names its checksum's algorithm must name the queue's."""
@@ -289,13 +308,20 @@ def _parse_json(text: str, rules: RecordRules) -> Record:
     again = obj.get(AGAIN_KEY, False)
     if not isinstance(again, bool):
         raise InvalidRecord(f"again {_shortened(json.dumps(again), 40)} is not true or false")
+    activity = obj.get(ACTIVITY_KEY)
+    if activity is not None and (not isinstance(activity, str) or ACTIVITY_PATTERN.fullmatch(activity) is None):
+        raise InvalidRecord(f"activity {_shortened(json.dumps(activity), 60)} is not an activity name (1 to 32 "
+                            "letters, digits, _, - or .)")
+    if activity is not None:
+        activity = rules.check_activity(activity, site)
     record = make_record(path, checksum, obj["size"], rules)
     identity = check_identity(obj[IDENTITY_KEY], record.size) if obj.get(IDENTITY_KEY) is not None else None
     if identity is not None and ALGORITHM_KEY not in obj:
         raise InvalidRecord("identity needs the key 'algorithm': the algorithm of the checksum it proves")
-    if site is None and identity is None and not again:
+    if site is None and identity is None and not again and activity is None:
         return record
-    return Record(record.path, record.checksum, record.size, source=site, identity=identity, again=again)
+    return Record(record.path, record.checksum, record.size, source=site, identity=identity, again=again,
+                  activity=activity)
 
 
 def format_line(record: Record, *, with_identity: bool = False) -> str:
@@ -304,6 +330,8 @@ def format_line(record: Record, *, with_identity: bool = False) -> str:
     ``with_identity``, the JSON form with the record's file identity and algorithm, if it has them (a feeder's own
     read)."""
     marks: dict[str, object] = {AGAIN_KEY: True} if record.again else {}
+    if record.activity is not None:
+        marks[ACTIVITY_KEY] = record.activity
     if with_identity and record.identity is not None and record.algorithm is not None:
         return json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
                            ALGORITHM_KEY: record.algorithm, IDENTITY_KEY: list(record.identity), **marks})
@@ -320,6 +348,9 @@ def handon_line(record: Record, site: str, algorithm: str = DEFAULT_ALGORITHM) -
         named[SITE_KEY] = site
     if record.again:
         named[AGAIN_KEY] = True
+    if record.activity is not None and record.activity != DEFAULT_ACTIVITY:
+        # The next site serves it in the same activity, if it defines one of that name.
+        named[ACTIVITY_KEY] = record.activity
     return json.dumps({**named, ALGORITHM_KEY: algorithm})
 
 
@@ -357,5 +388,7 @@ def form_for(line: bytes, speaks: frozenset[Capability]) -> bytes:
 
 
 def format_list_line(record: Record) -> str:
-    """The ``dataq-cli --list`` line: ``<checksum> : path=<path>, size=<size>``."""
-    return f"{record.checksum} : path={record.path}, size={record.size}"
+    """The ``dataq-cli --list`` line: ``<checksum> : path=<path>, size=<size>``, then ``, activity=<name>`` for a
+    record of a queue with activities (the 2014 line, extended at its end)."""
+    line = f"{record.checksum} : path={record.path}, size={record.size}"
+    return line if record.activity is None else f"{line}, activity={record.activity}"

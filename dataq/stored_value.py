@@ -2,7 +2,8 @@
 
 Fields joined by NUL, which no validated field can contain: ``path``, ``size``, the push time in microseconds,
 the source, then optional fields a newer dataq added (older values simply lack them): the file's identity
-(:attr:`~dataq.record.Record.identity`, empty when not known) and flags (``again``: :attr:`~dataq.record.Record.again`).
+(:attr:`~dataq.record.Record.identity`, empty when not known), flags (``again``: :attr:`~dataq.record.Record.again`)
+and the activity (:attr:`~dataq.record.Record.activity`; absent or empty: ``default``).
 Extra trailing fields, from a newer dataq still, are ignored. This module alone writes or reads the form.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from dataq.errors import InvalidRecord
 from dataq.file_identity import Identity
+from dataq.keys import DEFAULT_ACTIVITY
 from dataq.record import DIGITS, IDENTITY_FIELDS, Record, as_identity
 
 _STORED_SEPARATOR = "\0"
@@ -46,10 +48,14 @@ def encode_stored(items: Sequence[tuple[Record, str]], pushed_at: float) -> list
         if not checksum or "\n" in checksum:
             raise InvalidRecord(f"checksum {checksum!r} is empty or contains a newline")
         value = f"{path}{_STORED_SEPARATOR}{record.size}{tail}"
-        if record.identity is not None or record.again:
+        activity = record.activity if record.activity != DEFAULT_ACTIVITY else None
+        if record.identity is not None or record.again or activity is not None:
             value += _STORED_SEPARATOR + (":".join(map(str, record.identity)) if record.identity is not None else "")
-        if record.again:
-            value += _STORED_SEPARATOR + AGAIN_FLAG
+        if record.again or activity is not None:
+            value += _STORED_SEPARATOR + (AGAIN_FLAG if record.again else "")
+        if activity is not None:
+            # Read by the scripts that put a record back in its activity's list (lib/activities.lua).
+            value += _STORED_SEPARATOR + activity
         values.append(value)
     return values
 
@@ -79,6 +85,7 @@ def decode_stored(checksum: str, value: str) -> Record:
         source=source,
         identity=_stored_identity(parts[4]) if len(parts) > 4 else None,
         again=len(parts) > 5 and AGAIN_FLAG in parts[5].split(","),
+        activity=parts[6] if len(parts) > 6 and parts[6] else None,
     )
 
 

@@ -131,6 +131,8 @@ def write_config(
     queue: Mapping[str, Any] | None = None,
     pop: Mapping[str, Any] | None = None,
     log_level: str = "info",
+    activities: Mapping[str, Mapping[str, Any]] | None = None,
+    push: Mapping[str, Any] | None = None,
 ) -> Path:
     """A settings file for fast tests: heartbeat every 0.2 s with a 1 s TTL, sweeps every 0.2 s."""
     pop_table = {"concurrency": 4, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.0, "sweep_interval": 0.2,
@@ -152,6 +154,12 @@ def write_config(
     for action, table in (options or {}).items():
         lines.append(f"[queues.{QUEUE}.{toml_value(action)}]")
         lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    for activity, table in (activities or {}).items():
+        lines.append(f"[queues.{QUEUE}.activities.{activity}]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    if push is not None:
+        lines.append("[push]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in push.items()]
     path = tmp_path / "dataq.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

@@ -10,9 +10,10 @@ from typing import Any
 
 from dataq.addresses import MAX_PORT
 from dataq.checksum import DEFAULT_ALGORITHM, check_queue_algorithm
+from dataq.config.activity_settings import MAX_ACTIVITIES, ActivitySettings
 from dataq.config.loader import FILLED, ROLE_KEY, SUB_TABLES, Invalid, Section, freeze, setting
 from dataq.errors import InvalidRecord
-from dataq.keys import QUEUE_NAME_PATTERN
+from dataq.keys import DEFAULT_ACTIVITY, QUEUE_NAME_PATTERN
 from dataq.record import RecordRules, pattern_for
 
 DEFAULT_REMEMBER_DONE = 7 * 86_400.0
@@ -67,6 +68,9 @@ class QueueSettings(Section):
     hears ``unknown`` once the record is done here and sends it again after its ``resend_after``."""
     push_port: int | None = setting(None, ge=0, le=MAX_PORT)
     """This queue's push daemon port; None: ``push.port``."""
+    activities: Mapping[str, ActivitySettings] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """Activity name -> how its records are chosen and served (``[queues.NAME.activities.ACTIVITY]``;
+    :mod:`dataq.activities`). None: every record is ``default``'s, in arrival order."""
     action_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, metadata={ROLE_KEY: SUB_TABLES}
     )
@@ -86,6 +90,10 @@ class QueueSettings(Section):
             if actions.count(action) > 1:
                 raise Invalid("actions", f"key '{{key}}' names {action!r} more than once")
         object.__setattr__(self, "action_options", freeze(self.action_options))
+        object.__setattr__(self, "activities", MappingProxyType(dict(self.activities)))
+        if len(self.activities) > MAX_ACTIVITIES:
+            raise Invalid("activities", f"key '{{key}}' defines {len(self.activities)} activities; at most "
+                          f"{MAX_ACTIVITIES}: every claim looks at each one")
         for action in self.action_options:
             # An entry's options table is named after the entry without its inline argument ('sleep' for
             # 'sleep:0.5', 'site.mod:Class' for 'site.mod:Class:arg'); the action registry checks which one.
@@ -103,7 +111,8 @@ class QueueSettings(Section):
                           f"not {self.source_check!r}")
         pattern = self.checksum_pattern if self.checksum_pattern is not None else pattern_for(self.checksum)
         try:
-            object.__setattr__(self, "_rules", RecordRules(pattern, self.checksum))
+            object.__setattr__(self, "_rules", RecordRules(pattern, self.checksum,
+                                                           frozenset({DEFAULT_ACTIVITY, *self.activities})))
         except InvalidRecord as exc:
             raise Invalid("checksum_pattern", f"key '{{key}}': {exc}") from exc
 

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, TextIO
 
 from dataq.errors import DataqError
@@ -77,6 +78,7 @@ async def feed_command(
     tls_cert: str | None,
     tls_key: str | None,
     rules: RecordRules,
+    activity: str | None = None,
     also: Sequence[Target] = (),
     retry_for: float = DEFAULT_RETRY_FOR,
     target_timeout: float = CONNECT_TIMEOUT,
@@ -126,7 +128,7 @@ async def feed_command(
                 report(f"{origin}: not sent: {outcome}")
                 continue
             origins.append(origin)
-            yield outcome
+            yield outcome if activity is None else replace(outcome, activity=activity)
 
     invalid = "; {local_errors} lines not sent (invalid)"
     if spool is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterable, Callable
+from dataclasses import replace
 
 from dataq.errors import SpoolFull
 from dataq.feed.file_intake import FileIntake, first_error
@@ -52,6 +53,7 @@ class Intake:
         workers: int | None = None,
         on_unreadable: Callable[[str], None] | None = None,
         on_loop: bool = True,
+        activity: str | None = None,
     ) -> None:
         """``on_unreadable`` gets the path of a file this feeder may not read (a writer's chmod comes later);
         ``on_loop=False`` looks at every file on a thread (a network file system, whose reads may hang)."""
@@ -59,6 +61,8 @@ class Intake:
         self.on_unreadable = on_unreadable
         self.workers = workers or os.cpu_count() or 1
         self.on_loop = on_loop
+        self.activity = activity
+        """The activity every file's record is fed in (``dataq feed --activity``); None: the queue's globs decide."""
         self.taken = 0
         self.skipped = 0
         self.failed = 0
@@ -91,7 +95,7 @@ class Intake:
     def hashed(self, record: Record, key: FileKey) -> Entry:
         """The entry of a file just hashed, known as on its way to the spool until its batch is added."""
         self._uncommitted.add(key)
-        return entry_of(record, key)
+        return entry_of(record if self.activity is None else replace(record, activity=self.activity), key)
 
     async def keep(self, entry: Entry) -> None:
         """Keep ``entry``: in the batch under way, handed to the writer when it is full or the writer is idle."""

@@ -95,7 +95,8 @@ async def watch_and_forward(
 
         watcher = Watcher(options, on_listed=listed, on_watching=on_watching)
         # A polled directory is on a network file system, whose reads may hang: never on the event loop.
-        intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later, on_loop=options.poll is None)
+        intake = Intake(spool, forwarder, rules, on_unreadable=watcher.retry_later, on_loop=options.poll is None,
+                        activity=options.activity)
         log.info("feeding", directory=options.root, spool=spool.directory,
                  targets=link.names())
         ending = asyncio.Event()

@@ -66,6 +66,8 @@ class WatchOptions:
     poll: float | None = None
     """Seconds between listings, for file systems without inotify events; None: inotify."""
     settle: float = DEFAULT_SETTLE
+    activity: str | None = None
+    """The activity the files' records are fed in (None: the queue's globs decide)."""
     _chooser: _Chooser = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

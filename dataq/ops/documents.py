@@ -39,6 +39,8 @@ def record_doc(record: Record, failures: Failures | None = None) -> dict[str, An
         "pushed_at": record.pushed_at,
         "source": record.source,
     }
+    if record.activity is not None:
+        doc["activity"] = record.activity
     if failures is not None:
         doc.update(errors=failures.errors, crashes=failures.crashes, last_error=failures.last_error)
     return doc

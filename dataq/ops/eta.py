@@ -55,9 +55,11 @@ class Eta:
                 f"over the last {self.window:.0f} s)")
 
 
-def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker]) -> Eta:
-    """The time from the queue's counts, its done rate over the window and its daemons' heartbeats."""
-    backlog = summary.active + summary.delayed + summary.in_flight
+def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker], backlog: int | None = None) -> Eta:
+    """The time from the queue's counts, its done rate over the window and its daemons' heartbeats; with
+    ``backlog``, of that many records (an activity's) at ``recent``'s rate (the activity's)."""
+    if backlog is None:
+        backlog = summary.active + summary.delayed + summary.in_flight
     done = recent.per_minute.get("done", 0.0)
 
     def unknown(code: str, why: str) -> Eta:
@@ -83,4 +85,29 @@ def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker]) -> Eta:
 async def queue_eta(store: QueueStore, summary: Summary, workers: Sequence[Worker]) -> Eta:
     """:func:`eta_of`, with the done rate read from the queue's rates ring."""
     return eta_of(summary, await rates(store, ETA_WINDOW), workers)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityEta:
+    """One activity's backlog, its done records so far and when its backlog will be done."""
+
+    activity: str
+    active: int
+    done: int
+    eta: Eta
+
+    def doc(self) -> dict[str, Any]:
+        return {"active": self.active, "done": self.done, "eta_seconds": self.eta.doc()["seconds"],
+                "eta": self.eta.doc()}
+
+
+async def activity_etas(store: QueueStore, summary: Summary, workers: Sequence[Worker]) -> list[ActivityEta]:
+    """Per activity, in the order served: its queued records (active: which activity a delayed or running record
+    is in is not counted apart) at its own done rate over the window. Empty for a queue without activities."""
+    found = []
+    for activity, active in summary.activities.items():
+        recent = await rates(store, ETA_WINDOW, activity)
+        found.append(ActivityEta(activity, active, summary.counters.get(f"done@{activity}", 0),
+                                 eta_of(summary, recent, workers, active)))
+    return found
 

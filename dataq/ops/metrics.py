@@ -27,7 +27,8 @@ from dataq.audit.metrics import audit_families
 from dataq.custody.metrics import custody_families, is_receipt_counter
 from dataq.errors import StoreUnavailable
 from dataq.logs import get_logger
-from dataq.ops.eta import Eta, queue_eta
+from dataq.ops.activity_metrics import ACTIVITY_METRICS, activity_families, is_activity_counter
+from dataq.ops.eta import ActivityEta, Eta, activity_etas, queue_eta
 from dataq.ops.exposition import FamiliesCollector, one_sample
 from dataq.ops.health import Rates, rates
 from dataq.ops.process_metrics import add_process_collectors
@@ -63,7 +64,7 @@ REPLICAS = "dataq_replication_replicas"
 REPLICATION_PROBLEMS = "dataq_replication_problems"
 DAEMON_METRICS = (PUSHED, DUPLICATES, INPUT_ERRORS, DONE, FAILED, DEACTIVATED, WAITED, UNREACHABLE, ACTION_DURATION,
                   CLAIM_LATENCY, REDIS_RECONNECTS, REDIS_UP, QUEUE_LENGTH, FLAG, WORKERS, QUEUE_EVENTS, QUEUE_RATE,
-                  OLDEST_AGE, ETA, ACTION_BYTES, REPLICAS, REPLICATION_PROBLEMS)
+                  OLDEST_AGE, ETA, ACTION_BYTES, REPLICAS, REPLICATION_PROBLEMS, *ACTIVITY_METRICS)
 """The families of the push and pop daemons' own (besides custody's and the process's)."""
 
 ROLES = ("push", "pop")
@@ -128,6 +129,7 @@ class DaemonMetrics:
         self._summary: Summary | None = None
         self._rates: Rates | None = None
         self._eta: Eta | None = None
+        self._activities: list[ActivityEta] = []
         self._redis_up = False
         self._unreachable: dict[str, bool] = {}
         self._bytes: dict[tuple[str, str], int] = {}
@@ -172,7 +174,9 @@ class DaemonMetrics:
             summary = await store.summary()
             recent = await rates(store)
             oldest = await store.oldest_pushed()
-            self._eta = await queue_eta(store, summary, await store.workers())
+            workers = await store.workers()
+            self._eta = await queue_eta(store, summary, workers)
+            self._activities = await activity_etas(store, summary, workers)
             if self.role == "pop":  # one daemon exports the audits, as it does what actions did
                 self._audits = await store.audits()
         except StoreUnavailable as exc:
@@ -256,10 +260,11 @@ class DaemonMetrics:
         events = CounterMetricFamily(QUEUE_EVENTS, "The queue's totals kept in Redis (all daemons, all time).",
                                      labels=["queue", "event"])
         for event, count in sorted(summary.counters.items()):
-            if not is_receipt_counter(event):
+            if not is_receipt_counter(event) and not is_activity_counter(event):
                 events.add_metric([q, event], count)
         yield events
         yield from custody_families(q, summary)
+        yield from activity_families(q, self._activities, self._redis_up)
         if self._rates is not None:
             per_minute = GaugeMetricFamily(QUEUE_RATE, "Records per minute over the last minute (all daemons), "
                                            "from the queue's rates ring: kind pushed, done or failed.",

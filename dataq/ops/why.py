@@ -106,7 +106,13 @@ def _queued(view: RecordView, flags: Mapping[Flag, bool], workers: Sequence[Work
     record_id = view.record_id
     ahead = (view.place or 1) - 1
     fields: dict[str, Any] = {"ahead": ahead, "place": view.place, "active": view.active_length}
+    activity = view.record.activity if view.record is not None else None
     behind = f"{ahead:,} record{'' if ahead == 1 else 's'} ahead of it"
+    if activity is not None:
+        # With activities, the place is in its activity's run order; activities served first may go before.
+        fields.update(activity=activity, before=view.before)
+        behind += f" in activity {activity}" + (
+            f" (and {view.before:,} queued in activities served before it)" if view.before else "")
     held = what_holds(flags.get(Flag.ACTION, True), workers)
     if held is None:
         return Why(record_id, WaitCode.QUEUED, f"{behind} (place {view.place:,} of {view.active_length:,} "

@@ -1,4 +1,5 @@
-"""The sweeper: gives the records of dead workers back, promotes due retries, trims old events.
+"""The sweeper: gives the records of dead workers back, promotes due retries, trims old events, and adopts the
+records of activities the settings no longer define.
 
 Every pop daemon runs one. Running many at once is safe: each step is one atomic script that re-checks the
 worker's heartbeat, so a second sweeper finds nothing left to move.
@@ -64,5 +65,11 @@ class Sweeper:
         now = time.monotonic()
         if self._last_trim is None or now - self._last_trim >= TRIM_INTERVAL:
             await self.store.trim_events(self.events.max_age)
+            # Records of an activity these settings no longer define would wait for ever in a list no claim
+            # looks at: they run as default's instead.
+            adopted = await self.store.adopt_unserved()
+            if adopted:
+                log.warning("records of activities these settings do not define now run as default's",
+                            adopted=adopted)
             self._last_trim = now
         return Sweep(workers, returned, deactivated, promoted)

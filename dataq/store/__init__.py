@@ -5,6 +5,7 @@ Key names come from :mod:`dataq.keys`; redis-py errors leave as dataq errors (:m
 
 from __future__ import annotations
 
+from dataq.activities import Plan, plan_for
 from dataq.config import Settings
 from dataq.keys import QueueKeys
 from dataq.store.audits import AuditOps
@@ -60,6 +61,7 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         redis = settings.redis
         replication = Replication(redis.min_replicas, redis.replica_timeout)
         remember_done = settings.queue(queue).remember_done if queue in settings.queues else DEFAULT_REMEMBER_DONE
+        plan = plan_for(settings.queue(queue)) if queue in settings.queues else None
         if url.startswith(f"{SENTINEL_SCHEME}://"):
             base = client_options(tls=redis.tls, ca_file=redis.ca_file, cert_file=redis.cert_file,
                                   key_file=redis.key_file, socket_timeout=redis.socket_timeout)
@@ -71,7 +73,7 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
             client, sentinel = connect_sentinel(parse_sentinel_address(url), sentinel_options=sentinel_options,
                                                 options=options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                       remember_done=remember_done,
+                       remember_done=remember_done, plan=plan,
                        sentinel=sentinel)
         if redis.cluster:
             options = client_options(tls=url.startswith("rediss://"), ca_file=redis.ca_file,
@@ -79,12 +81,12 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
                                      socket_timeout=redis.socket_timeout)
             client, slots = connect_cluster(url, QueueKeys(queue).records, options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                       remember_done=remember_done,
+                       remember_done=remember_done, plan=plan,
                        cluster=slots)
         client = connect(url, ca_file=redis.ca_file, cert_file=redis.cert_file, key_file=redis.key_file,
                          socket_timeout=redis.socket_timeout)
         return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                   remember_done=remember_done)
+                   remember_done=remember_done, plan=plan)
 
     @classmethod
     def from_url(
@@ -94,12 +96,13 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         *,
         events_max_len: int | None = None,
         remember_done: float = DEFAULT_REMEMBER_DONE,
+        plan: Plan | None = None,
         **connect_options: object,
     ) -> QueueStore:
         client = connect(url, **connect_options)  # type: ignore[arg-type]
         if events_max_len is None:
-            return cls(client, queue, remember_done=remember_done)
-        return cls(client, queue, events_max_len=events_max_len, remember_done=remember_done)
+            return cls(client, queue, remember_done=remember_done, plan=plan)
+        return cls(client, queue, events_max_len=events_max_len, remember_done=remember_done, plan=plan)
 
 
 def redis_address(settings: Settings) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import redis.exceptions as rexc
@@ -11,7 +12,7 @@ import redis.exceptions as rexc
 from dataq.errors import StoreError
 from dataq.record import Record
 from dataq.store import remembered
-from dataq.store.base import StoreBase
+from dataq.store.activities import ActivityOps
 from dataq.store.connection import translate, translated
 from dataq.store.types import Event, Flag, QueueList, RecordState, Summary
 from dataq.stored_value import decode_stored, stored_pushed_at
@@ -26,33 +27,14 @@ FORGET_DONE_CHUNK = 4_096
 short, so Redis keeps serving the pushes meanwhile."""
 
 
-class AdminOps(StoreBase):
-    def _list_key(self, which: QueueList) -> str:
-        return self.keys.active if which is QueueList.ACTIVE else self.keys.inactive
-
+class AdminOps(ActivityOps):
     async def _move_range(self, mode: str, source: QueueList, first: str, last: str) -> int:
         k = self.keys
         other = QueueList.INACTIVE if source is QueueList.ACTIVE else QueueList.ACTIVE
-        target = {
-            "advance": k.active,
-            "deactivate": k.inactive,
-            "activate": k.active,
-            "delete": k.active,
-        }[mode]
         moved = await self._script(
             "move_range",
-            [
-                self._list_key(source),
-                target,
-                k.records,
-                k.errors,
-                k.lasterror,
-                k.crashes,
-                self._list_key(other),
-                k.events,
-                k.counters,
-            ],
-            [mode, first, last, self.events_max_len, source.value, other.value],
+            [k.inactive, k.records, k.errors, k.lasterror, k.crashes, k.events, k.counters, *self._active_lists],
+            [mode, first, last, self.events_max_len, source.value, other.value, self._named],
             replicated=True,
         )
         return int(moved)
@@ -90,14 +72,15 @@ class AdminOps(StoreBase):
                     "activate_all",
                     [
                         k.inactive,
-                        k.active,
+                        k.records,
                         k.errors,
                         k.lasterror,
                         k.crashes,
                         k.events,
                         k.counters,
+                        *self._active_lists,
                     ],
-                    [ACTIVATE_ALL_CHUNK, self.events_max_len],
+                    [ACTIVATE_ALL_CHUNK, self.events_max_len, self._named],
                     replicated=True,
                 )
             )
@@ -118,6 +101,7 @@ class AdminOps(StoreBase):
             k.events,
             k.counters,
             *data,
+            *(entry.key for entry in await self.active_lists() if entry.key != k.active),
             *(k.processing(w) for w in workers),
         ]
         return int(await self._script("clear", keys, [self.events_max_len], replicated=True))
@@ -137,8 +121,10 @@ class AdminOps(StoreBase):
     @translated
     async def summary(self) -> Summary:
         k = self.keys
+        lists = await self.active_lists()
         pipe = self.r.pipeline(transaction=True)
-        pipe.llen(k.active)
+        for entry in lists:
+            pipe.llen(entry.key)
         pipe.llen(k.inactive)
         pipe.zcard(k.delayed)
         pipe.hlen(k.records)
@@ -148,18 +134,9 @@ class AdminOps(StoreBase):
         pipe.hlen(k.custody)
         pipe.zrange(k.custody_since, 0, 0, withscores=True)
         pipe.hgetall(k.custody_sites)
-        (
-            active,
-            inactive,
-            delayed,
-            tracked,
-            flags,
-            workers,
-            counters,
-            custody,
-            oldest,
-            sites,
-        ) = await pipe.execute()
+        *lengths, inactive, delayed, tracked, flags, workers, counters, custody, oldest, sites = await pipe.execute()
+        backlogs = {entry.activity: int(length) for entry, length in zip(lists, lengths, strict=True)}
+        active = sum(backlogs.values())
         return Summary(
             queue=self.queue,
             active=active,
@@ -174,6 +151,7 @@ class AdminOps(StoreBase):
             custody=custody,
             custody_since=oldest[0][1] / 1000 if oldest else None,
             custody_sites={site: int(count) for site, count in sites.items()},
+            activities=backlogs if len(backlogs) > 1 else {},
         )
 
     @translated
@@ -186,10 +164,14 @@ class AdminOps(StoreBase):
         (retried, or redone by an operator): it counts from its first push, as a message's age does in SQS. Two
         round trips: the ends, then their stored values (a record claimed in between is skipped)."""
         k = self.keys
+        lists = await self.active_lists()
         pipe = self.r.pipeline(transaction=True)
-        pipe.lrange(k.active, -1, -1)
         pipe.zrange(k.delayed, 0, 0)
-        next_to_run, next_due = await pipe.execute()
+        for entry in lists:
+            pipe.lrange(entry.key, -1, -1)
+        next_due, *ends_of_lists = await pipe.execute()
+        # The next to run of every activity: the one that waited longest of them counts.
+        next_to_run = [record_id for found in ends_of_lists for record_id in found]
         ends = {"active": next_to_run, "delayed": next_due}
         ids = [*next_to_run, *next_due]
         if not ids:
@@ -201,7 +183,7 @@ class AdminOps(StoreBase):
                 value = values.get(record_id)
                 pushed = stored_pushed_at(value) if value is not None else None
                 if pushed is not None:
-                    oldest[which] = pushed
+                    oldest[which] = min(pushed, oldest.get(which, pushed))
         return oldest
 
     async def _records_for(self, ids: list[str]) -> list[Record]:
@@ -217,8 +199,10 @@ class AdminOps(StoreBase):
             raise StoreError("offset and limit must not be negative")
         if limit == 0:
             return []
+        if which is QueueList.ACTIVE:
+            return await self._active_records(offset, limit)
         end = -1 if limit is None else offset + limit - 1
-        ids: list[str] = await self.r.lrange(self._list_key(which), offset, end)
+        ids: list[str] = await self.r.lrange(self.keys.inactive, offset, end)
         return await self._records_for(ids)
 
     async def iter_records(
@@ -239,18 +223,22 @@ class AdminOps(StoreBase):
                         yield decode_stored(record_id, value)
                     if cursor == 0:
                         return
-            offset = 0
-            while True:
-                if oldest_first:
-                    ids: list[str] = await self.r.lrange(self._list_key(which), -offset - chunk, -offset - 1)
-                    ids.reverse()
-                else:
-                    ids = await self.r.lrange(self._list_key(which), offset, offset + chunk - 1)
-                for record in await self._records_for(ids):
-                    yield record
-                if len(ids) < chunk:
-                    return
-                offset += chunk
+            lists = [(None, self.keys.inactive)] if which is QueueList.INACTIVE \
+                else [(entry.activity, entry.key) for entry in await self.active_lists()]
+            for activity, key in lists:
+                offset = 0
+                while True:
+                    if oldest_first:
+                        ids: list[str] = await self.r.lrange(key, -offset - chunk, -offset - 1)
+                        ids.reverse()
+                    else:
+                        ids = await self.r.lrange(key, offset, offset + chunk - 1)
+                    for record in await self._records_for(ids):
+                        # With activities, each record as the list it waits in has it (--dump keeps it so).
+                        yield replace(record, activity=activity) if len(lists) > 1 else record
+                    if len(ids) < chunk:
+                        break
+                    offset += chunk
         except (rexc.RedisError, OSError) as exc:
             raise translate(exc) from exc
 
@@ -258,9 +246,9 @@ class AdminOps(StoreBase):
     async def record_state(self, record_id: str) -> RecordState | None:
         """Where a tracked record stands and its failure history; None if not tracked."""
         k = self.keys
+        queued = await self.queued_at(record_id)
         pipe = self.r.pipeline(transaction=True)
         pipe.hget(k.records, record_id)
-        pipe.lpos(k.active, record_id)
         pipe.lpos(k.inactive, record_id)
         pipe.zscore(k.delayed, record_id)
         pipe.hget(k.errors, record_id)
@@ -268,7 +256,6 @@ class AdminOps(StoreBase):
         pipe.hget(k.lasterror, record_id)
         (
             value,
-            in_active,
             in_inactive,
             delay,
             errors,
@@ -279,7 +266,7 @@ class AdminOps(StoreBase):
             return None
         where = (
             "active"
-            if in_active is not None
+            if queued is not None
             else "inactive"
             if in_inactive is not None
             else "delayed"

@@ -9,6 +9,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
 
+from dataq.activities import Plan
 from dataq.keys import QueueKeys
 from dataq.store.cluster import SlotMap
 from dataq.store.connection import load_scripts
@@ -38,6 +39,7 @@ class StoreBase:
         sentinel: Sentinel | None = None,
         cluster: SlotMap | None = None,
         remember_done: float = DEFAULT_REMEMBER_DONE,
+        plan: Plan | None = None,
     ) -> None:
         self.client = client
         self.r = cast(DecodedRedis, client)
@@ -55,6 +57,8 @@ class StoreBase:
         what the scripts that publish are told."""
         self.remember_done = remember_done
         """Seconds done records are remembered (:mod:`.remembered`)."""
+        self.plan = plan or Plan()
+        """The queue's activities (:mod:`dataq.activities`): which active lists the scripts fill and serve."""
         self._scripts: dict[str, Script] = load_scripts()
         self._lane = Lane(client)
 
@@ -69,6 +73,16 @@ class StoreBase:
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    @property
+    def _active_lists(self) -> list[str]:
+        """The block of active lists the scripts take (``lib/activities.lua``): default's, then the named ones'."""
+        return [self.keys.active, *(self.keys.active_of(name) for name in self.plan.named)]
+
+    @property
+    def _named(self) -> str:
+        """The named activities as the scripts take them: joined by newlines."""
+        return "\n".join(self.plan.named)
 
     def _remembered(self, ids: Sequence[str], now: float | None = None) -> Lookup:
         """Where the remembered done records of ``ids`` are (their shards' keys and their digests)."""

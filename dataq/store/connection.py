@@ -48,8 +48,9 @@ SCRIPT_NAMES = (
     "custody_keep",
     "custody_step",
     "receipts",
+    "adopt",
 )
-SCRIPT_LIBRARIES = ("rates", "stored")
+SCRIPT_LIBRARIES = ("rates", "stored", "activities")
 """The files of ``lua/lib/`` put before every script, in this order."""
 _RANGE_ERROR_PREFIX = "DQRANGE "
 

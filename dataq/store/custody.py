@@ -198,7 +198,7 @@ class CustodyOps(LifecycleOps):
         k = self.keys
         remembered = self._remembered([step.entry.record.id for step in steps], now)
         args: list[Any] = [round(now * 1000), self.events_max_len, RECEIPTS_KEPT, k.work, NOTICE_WORK,
-                           self.pubsub_mode, remembered.expires_at_ms, remembered.digests]
+                           self.pubsub_mode, remembered.expires_at_ms, remembered.digests, self._named]
         for op in steps:
             args += [op.step.value, op.entry.record.id, op.entry.raw]
             if op.step is Step.DONE:
@@ -210,7 +210,8 @@ class CustodyOps(LifecycleOps):
                 assert op.replacement is not None
                 ask_at = op.ask_at if op.step is Step.PENDING else now + resend_wait
                 args += [op.replacement.encode(), round(ask_at * 1000)]
-        keys = [*k.custody_keys(), k.records, k.active, k.counters, k.events, k.receipts, *remembered.keys]
+        keys = [*k.custody_keys(), k.records, k.counters, k.events, k.receipts, *remembered.keys,
+                *self._active_lists]
         status = await self._script("custody_step", keys, args, replicated=True)
         return [ch == "1" for ch in status]
 

@@ -85,6 +85,10 @@ class Sweeping(OfQueue, Protocol):
         """Drop events older than ``max_age`` seconds."""
         ...
 
+    def adopt_unserved(self) -> Awaitable[int]:
+        """Records of activities the settings do not define, to default's list; how many."""
+        ...
+
 
 class CustodyFacet(OfQueue, Protocol):
     """Custody across sites (:mod:`dataq.custody`): its entries, the steps taken on receipts, and what this site

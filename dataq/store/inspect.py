@@ -8,7 +8,9 @@ few round trips, once, when an operator asks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from dataq.keys import DEFAULT_ACTIVITY
 from dataq.store.admin import AdminOps
 from dataq.store.connection import translated
 from dataq.store.types import Event, Failures, RecordView
@@ -40,30 +42,31 @@ class InspectOps(AdminOps):
     async def show(self, record_id: str) -> RecordView:
         """Everything about one record: its fields, where it is, its failures and its events."""
         k = self.keys
+        queued = await self.queued_at(record_id)
         pipe = self.r.pipeline(transaction=True)
         pipe.hget(k.records, record_id)
-        pipe.lpos(k.active, record_id)
         pipe.llen(k.active)
         pipe.lpos(k.inactive, record_id)
         pipe.zscore(k.delayed, record_id)
         pipe.hkeys(k.workers)
-        value, index, length, in_inactive, due_ms, workers = await pipe.execute()
+        value, length, in_inactive, due_ms, workers = await pipe.execute()
         failures = (await self.failures([record_id]))[record_id]
         events = await self._history(record_id)
         record = None if value is None else decode_stored(record_id, value)
-        place, worker, due = None, None, None
+        place, worker, due, before = None, None, None, 0
         if record is None:
             where = "done" if any(event.kind == "done" for event in events) else "unknown"
-        elif index is not None:
-            # LPOS counts from the newest end; the run order counts from the other.
-            where, place = "active", int(length) - int(index)
+        elif queued is not None:
+            where, place, length, before = "active", queued.place, queued.length, queued.before
+            if queued.list.activity != DEFAULT_ACTIVITY or record.activity is not None:
+                record = replace(record, activity=queued.list.activity)
         elif in_inactive is not None:
             where = "inactive"
         elif due_ms is not None:
             where, due = "delayed", float(due_ms) / 1000
         else:
             where, worker = "in-flight", await self._holder(record_id, workers)
-        return RecordView(record_id, record, where, place, int(length), worker, due, failures, events)
+        return RecordView(record_id, record, where, place, int(length), worker, due, failures, events, before)
 
     async def _holder(self, record_id: str, workers: list[str]) -> str | None:
         """The worker whose processing list holds the record (None: between two lists, or a worker unknown)."""

@@ -66,16 +66,19 @@ class LifecycleOps(StoreBase):
         pushed_at = time.time() if now is None else now
         since = max(1, int((pushed_at - RETRY_CLOCK_SKEW) * 1000)) if retry else 0
         k = self.keys
+        if not self.plan.single:
+            items = self.plan.resolve(items)
         checksums = [record.checksum for record, _ in items]
         ids = "\n".join(checksums)
         values = "\n".join(encode_stored(items, pushed_at))
         done = self._remembered(checksums)
         again = "".join("1" if record.again else "0" for record, _ in items) \
             if any(record.again for record, _ in items) else ""
+        codes = self.plan.codes(record.activity for record, _ in items)  # '' without activities
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode,
-                           done.digests, again]
-        reply = await self._script("push_batch", [k.records, k.active, k.events, k.counters, k.rates, *done.keys],
-                                   args, replicated=True, on_written=on_written)
+                           done.digests, again, codes, self._named]
+        keys = [k.records, k.active, k.events, k.counters, k.rates, *done.keys, k.activities, *self._active_lists[1:]]
+        reply = await self._script("push_batch", keys, args, replicated=True, on_written=on_written)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))
 
@@ -83,18 +86,11 @@ class LifecycleOps(StoreBase):
     async def claim(self, worker: str, max_count: int) -> Claim:
         """Move up to ``max_count`` next-to-run records into the worker's processing list (never blocks)."""
         k = self.keys
+        served = ",".join(f"{activity.name}:{activity.weight}" for activity in self.plan.served)
         reply = await self._script(
             "claim",
-            [
-                k.active,
-                k.processing(worker),
-                k.records,
-                k.flags,
-                k.events,
-                k.counters,
-                k.workers,
-            ],
-            [max_count, self.events_max_len, worker],
+            [k.processing(worker), k.records, k.flags, k.events, k.counters, k.workers, k.shares, *self._active_lists],
+            [max_count, self.events_max_len, worker, self._named, served],
         )
         status = ClaimStatus(reply[0])
         if len(reply) < 3:
@@ -113,7 +109,8 @@ class LifecycleOps(StoreBase):
         now = time.time()
         remembered = self._remembered([record_id for record_id, _ in done], now)
         args: list[Any] = [self.events_max_len, ids, details, remembered.digests, _now_ms(now),
-                           remembered.expires_at_ms]
+                           remembered.expires_at_ms, self._named]
+        rings = [] if self.plan.single else [k.rates_of(name) for name in self.plan.names_in_lists]
         status = await self._script(
             "ack",
             [
@@ -126,6 +123,7 @@ class LifecycleOps(StoreBase):
                 k.counters,
                 k.rates,
                 *remembered.current,
+                *rings,
             ],
             args,
             replicated=True,
@@ -148,14 +146,14 @@ class LifecycleOps(StoreBase):
             return []
         k = self.keys
         args: list[Any] = [self.events_max_len, max_errors, _now_ms(now), int(retry.delay * 1000), retry.backoff,
-                           int(retry.max_delay * 1000)]
+                           int(retry.max_delay * 1000), self._named]
         for record_id, message in failures:
             args += [record_id, message, 1.0 - retry.jitter * random.random()]
         status = await self._script(
             "fail",
             [
                 k.processing(worker),
-                k.active,
+                k.records,
                 k.inactive,
                 k.delayed,
                 k.errors,
@@ -163,6 +161,7 @@ class LifecycleOps(StoreBase):
                 k.events,
                 k.counters,
                 k.rates,
+                *self._active_lists,
             ],
             args,
             replicated=True,
@@ -177,11 +176,11 @@ class LifecycleOps(StoreBase):
         if not waiting:
             return []
         k = self.keys
-        args: list[Any] = [self.events_max_len]
+        args: list[Any] = [self.events_max_len, self._named]
         for record_id, message in waiting:
             args += [record_id, message]
-        status = await self._script("postpone", [k.processing(worker), k.active, k.lasterror, k.events, k.counters],
-                                    args, replicated=True)
+        status = await self._script("postpone", [k.processing(worker), k.records, k.lasterror, k.events, k.counters,
+                                                 *self._active_lists], args, replicated=True)
         if "w" in status:
             await self._announce_work()
         return [ch == "w" for ch in status]
@@ -190,7 +189,8 @@ class LifecycleOps(StoreBase):
     async def promote_due(self, now: float | None = None) -> int:
         """Move delayed records whose retry time has come back to the active list."""
         k = self.keys
-        moved = int(await self._script("promote", [k.delayed, k.active], [_now_ms(now), PROMOTE_BATCH]))
+        moved = int(await self._script("promote", [k.delayed, k.records, *self._active_lists],
+                                       [_now_ms(now), PROMOTE_BATCH, self._named]))
         if moved:
             await self._announce_work()
         return moved
@@ -201,7 +201,7 @@ class LifecycleOps(StoreBase):
             "reclaim",
             [
                 k.processing(worker),
-                k.active,
+                k.records,
                 k.inactive,
                 k.crashes,
                 k.lasterror,
@@ -209,8 +209,9 @@ class LifecycleOps(StoreBase):
                 k.workers,
                 k.events,
                 k.counters,
+                *self._active_lists,
             ],
-            [self.events_max_len, worker, mode, max_crashes],
+            [self.events_max_len, worker, mode, max_crashes, self._named],
         )
         if returned < 0:
             return None

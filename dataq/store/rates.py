@@ -53,8 +53,9 @@ class RateHistory:
 
 class RateOps(StoreBase):
     @translated
-    async def rate_history(self, seconds: float = HISTORY_SECONDS) -> RateHistory:
-        """The buckets of the last ``seconds`` (at most an hour), the current, partial one included."""
+    async def rate_history(self, seconds: float = HISTORY_SECONDS, activity: str | None = None) -> RateHistory:
+        """The buckets of the last ``seconds`` (at most an hour), the current, partial one included; with
+        ``activity``, of that activity's ring, which counts its done records only."""
         now = await self._server_time()
         current = int(now // RATE_BUCKET_SECONDS)
         count = min(RATE_SLOTS, max(1, math.ceil(seconds / RATE_BUCKET_SECONDS)))
@@ -63,7 +64,8 @@ class RateOps(StoreBase):
         for bucket in buckets:
             slot = bucket % RATE_SLOTS
             fields += [f"t:{slot}", *(f"{kind}:{slot}" for kind in RATE_KINDS)]
-        values = await self.r.hmget(self.keys.rates, fields)
+        ring = self.keys.rates if activity is None else self.keys.rates_of(activity)
+        values = await self.r.hmget(ring, fields)
         # No 'since': nothing was ever counted, so no bucket misses anything.
         since = float(values[0]) if values[0] is not None else 0.0
         found, stride = [], 1 + len(RATE_KINDS)

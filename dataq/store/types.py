@@ -99,6 +99,8 @@ class Summary:
     """When the oldest of them was first handed on (None: custody is empty)."""
     custody_sites: dict[str, int] = field(default_factory=dict)
     """Records in custody per next site (``""``: waiting in the hand-on spool)."""
+    activities: dict[str, int] = field(default_factory=dict)
+    """Records queued per activity, in the order served (empty: the queue has none but ``default``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,9 @@ class RecordView:
     """``active``, ``inactive``, ``delayed``, ``in-flight``, ``done`` (acknowledged, as its events say) or
     ``unknown``."""
     place: int | None
-    """In the active list: its place in the run order, 1 = next to run."""
+    """In the active list: its place in its activity's run order, 1 = next to run."""
     active_length: int
+    """The length of the active list it waits in (default's when it waits in none)."""
     worker: str | None
     """In flight: the worker that holds it."""
     due: float | None
@@ -144,6 +147,8 @@ class RecordView:
     failures: Failures
     events: list[Event]
     """Its events still in the stream, oldest first."""
+    before: int = 0
+    """In the active list: records queued in the activities served before its own (:mod:`dataq.activities`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from dataq.embedded.redis_server import free_port
+from dataq.ops.activity_metrics import ACTIVITY_ACTIVE, ACTIVITY_DONE, ACTIVITY_ETA
 from dataq.ops.exported import EXPORTED_METRICS
 from dataq.ops.metrics import ETA, REPLICAS, REPLICATION_PROBLEMS
 from testbed.ports import unclaimed_port
@@ -39,6 +40,10 @@ SITUATIONAL = {
     REPLICATION_PROBLEMS: "only with Sentinel, min_replicas or Cluster",
     # Left out while the time cannot be said: here a destination is unreachable on purpose.
     ETA: "only while the backlog's time can be said",
+    # The suite's queue defines no activities.
+    ACTIVITY_ACTIVE: "only for a queue with activities",
+    ACTIVITY_DONE: "only for a queue with activities",
+    ACTIVITY_ETA: "only for a queue with activities",
 }
 """Families of :data:`EXPORTED_METRICS` that a single-Redis ``dataq run`` rightly does not export, and why."""
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from dataq.actions.testing import marks
+from dataq.config.activity_settings import ActivitySettings
 from dataq.feed.client import Feeder
 from dataq.ops import daemon_ops
 from dataq.store import QueueStore
@@ -38,7 +40,9 @@ FEED_TIMEOUT = 180.0
 
 @pytest.fixture
 async def ha_store(sentinel_topology: SentinelTopology, tmp_path: Path) -> AsyncIterator[QueueStore]:
-    store = open_ha_store(ha_settings(sentinel_topology, tmp_path))
+    # The activities of the slow action's test; the others' records are all default's.
+    store = open_ha_store(ha_settings(sentinel_topology, tmp_path, activities={
+        "science": ActivitySettings("science", ("*.fits",), share=3), "backfill": ActivitySettings("backfill")}))
     yield store
     await store.close()
 
@@ -58,8 +62,13 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
     marks_dir = tmp_path / "marks"
     marks_dir.mkdir()
     settings = ha_settings(sentinel_topology, tmp_path, actions=("mark",),
-                           action_options={"mark": {"dir": str(marks_dir), "seconds": 0.05}})
+                           action_options={"mark": {"dir": str(marks_dir), "seconds": 0.05}},
+                           activities={"science": ActivitySettings("science", ("*.fits",), share=3),
+                                       "backfill": ActivitySettings("backfill")})
     records = make_records(300)
+    # Half of them in an activity named by their feeder, half in one their path matches.
+    records = [replace(r, activity="backfill") if n % 2 else replace(r, path=r.path.replace(".hdr", ".fits"))
+               for n, r in enumerate(records)]
     await ha_store.push_batch(records, source="test")
     async with pop_daemon(settings, concurrency=8):
 
@@ -80,6 +89,8 @@ async def test_a_pop_daemon_running_a_slow_action_finishes_every_record_across_a
     print(f"re-runs after the fail-over: {reruns} of {len(records)} records")
     assert summary.inactive == 0
     assert set(ran) == {record.checksum for record in records}
+    counters = await ha_store.counters()
+    assert (counters["done@science"], counters["done@backfill"]) == (150, 150), "activities survive a fail-over"
 
 
 def test_the_cli_finds_the_master_through_the_sentinels_and_shows_replicas_and_sentinels(

@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from click.testing import CliRunner
 from dataq.actions.testing import marks
 from dataq.cli.console import main
 from dataq.config import QueueSettings
+from dataq.config.activity_settings import ActivitySettings
 from dataq.errors import LeaseLost, StoreUnavailable
 from dataq.feed.client import Feeder
 from dataq.ops.metrics import QUEUE_LENGTH, REDIS_UP, DaemonMetrics
@@ -38,8 +40,9 @@ WORKER = "host-1:100:a"
 
 
 @contextlib.asynccontextmanager
-async def cluster_store(topology: ClusterTopology, tmp_path: Path, queue: str) -> AsyncIterator[QueueStore]:
-    store = QueueStore.open(cluster_settings(topology.url, tmp_path, [queue]), topology.url, queue)
+async def cluster_store(topology: ClusterTopology, tmp_path: Path, queue: str,
+                        **settings: Any) -> AsyncIterator[QueueStore]:
+    store = QueueStore.open(cluster_settings(topology.url, tmp_path, [queue], **settings), topology.url, queue)
     try:
         yield store
     finally:
@@ -107,8 +110,10 @@ async def test_every_lua_script_keeps_its_keys_in_the_queue_s_slot(
         return await original(self, name, *args, **kwargs)
 
     monkeypatch.setattr(QueueStore, "_script", recording)
-    async with cluster_store(redis_cluster, tmp_path, queue) as store:
-        records = make_records(12)
+    # With activities, so that every activity's list is in the queue's slot too.
+    activities = {"backfill": ActivitySettings("backfill", strict=True)}
+    async with cluster_store(redis_cluster, tmp_path, queue, activities=activities) as store:
+        records = [replace(r, activity="backfill") if n % 2 else r for n, r in enumerate(make_records(12))]
         ids = [record.checksum for record in records]
         await store.push_batch(records, source="test")
         assert await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=0.2)
@@ -129,6 +134,8 @@ async def test_every_lua_script_keeps_its_keys_in_the_queue_s_slot(
         assert await store.activate_all() == 2
         assert await store.advance(active[2], active[2]) == 1
         assert await store.set_flag(Flag.READ, False) is True
+        async with cluster_store(redis_cluster, tmp_path, queue) as without_activities:
+            assert await without_activities.adopt_unserved() > 0
         done_id = claim.records[0].checksum
         now = time.time()
         await store.keep([CustodyEntry(claim.records[0], "next:1", now)], first_ask=now)

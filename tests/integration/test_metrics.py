@@ -6,10 +6,12 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
+from dataq.activities import Activity, Plan
 from dataq.embedded.redis_server import free_port
 from dataq.errors import DataqError
 from dataq.ops.exposition import MetricsServer
@@ -263,3 +265,31 @@ async def test_a_record_put_back_at_the_end_of_the_line_does_not_age_the_backlog
     await metrics.refresh(store)
     age = sample(await scrape(port), "dataq_queue_oldest_age_seconds", queue="transfer", list="active")
     assert age <= time.time() - newer + 0.05  # the newer record is next to run, and counts
+
+
+async def test_a_queue_with_activities_exports_each_ones_backlog_done_records_and_eta(
+        redis_url: str, served: Served) -> None:
+    metrics, _, port = served
+    plan = Plan((Activity("default"), Activity("express", 0), Activity("backfill", 1)))
+    store = QueueStore.from_url(redis_url, "transfer", plan=plan)
+    try:
+        records = make_records(10)
+        await store.push_batch([replace(r, activity="express") for r in records[:4]]
+                               + [replace(r, activity="backfill") for r in records[4:]], "test")
+        await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+        claim = await store.claim(WORKER, 6)  # strict first: the 4 express records, then 2 backfill ones
+        await store.ack(WORKER, [(record.id, "ok") for record in claim.records])
+        assert await metrics.refresh(store) is None
+        after = await scrape(port)
+    finally:
+        await store.close()
+    q = {"queue": "transfer"}
+    assert sample(after, "dataq_activity_active_records", activity="express", **q) == 0
+    assert sample(after, "dataq_activity_active_records", activity="backfill", **q) == 4
+    assert sample(after, "dataq_activity_done_total", activity="express", **q) == 4
+    assert sample(after, "dataq_activity_done_total", activity="backfill", **q) == 2
+    # The 4 backfill records at its own rate (2 done in the last five minutes, the queue is new): 10 minutes.
+    assert 4 / 2 * 290 <= sample(after, "dataq_activity_eta_seconds", activity="backfill", **q) <= 4 / 2 * 300
+    assert sample(after, "dataq_activity_eta_seconds", activity="express", **q) == 0
+    assert not any(name == "dataq_queue_events_total" and ("event", "done@express") in labels
+                   for name, labels in after)

@@ -19,6 +19,7 @@ SOURCES = {"dataq": ROOT / "dataq", "dataq.cli": ROOT / "cli", "dataq.actions": 
 TIERS: dict[str, int] = {
     # the base: records, keys, errors, the wire protocol, logging, checksums, settings
     "dataq": 0, "dataq.config": 0,
+    "dataq.activities": 0,  # what runs first: a queue's activities, their order and globs (the store serves them)
     "dataq.runtime": 1,   # backoff, signals, supervision, systemd: nothing about queues
     "dataq.store": 2,     # the only code that speaks Redis
     "dataq.embedded": 3, "dataq.ops": 3, "dataq.feed": 3,

@@ -23,6 +23,7 @@ from dataq.config import (
     load_settings,
     settings_file,
 )
+from dataq.config.activity_settings import ActivitySettings
 from dataq.errors import ConfigError
 from dataq.record import DEFAULT_CHECKSUM_PATTERN
 
@@ -91,11 +92,13 @@ def test_example_file_loads_cleanly() -> None:
 def test_example_file_documents_every_key() -> None:
     text = EXAMPLE.read_text(encoding="utf-8")
     sections: list[type] = [RedisSettings, PushSettings, PopSettings, EventSettings, LogSettings, QueueSettings]
-    filled = {"name", "action_options"}  # the table's name, and its sub-tables
+    filled = {"name", "action_options", "activities"}  # the table's name, and its sub-tables
     keys = ["data_dir"]
     keys += [f.name for cls in sections for f in dataclasses.fields(cls) if f.init and f.name not in filled]
+    keys += [f.name for f in dataclasses.fields(ActivitySettings) if f.init and f.name not in filled]
     for key in keys:
         assert re.search(rf"^#? ?{key} = ", text, re.MULTILINE), f"config/dataq.toml lacks {key!r}"
+    assert re.search(r"^#? ?\[queues\.[a-z]+\.activities\.[a-z]+\]$", text, re.MULTILINE)
 
 
 def test_dataq_config_names_the_file_when_no_path_is_given(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] the record ids, joined by newlines      ARGV[3] an event detail per id (e.g. the run time), joined by
 -- newlines (two arguments instead of two per record: the client packs each argument on its own, at a cost)
+-- KEYS[9 + records] with activities: the ring of done counts of 'default', then of each named activity
 -- ARGV[4] the records' digests (16 bytes each, in order)   ARGV[5] now (ms)   ARGV[6] when the current
 -- generation's shards expire (ms since the epoch); 0: remember nothing (remember_done = 0)
+-- ARGV[7] the named activities, joined by newlines ('' without activities: nothing is counted per activity)
 -- return: status string with one char per record, '1' acknowledged or '0' not owned
 local processing, records, errors, lasterror, crashes, events, counters, rates =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -39,10 +41,22 @@ if #done == 0 then return table.concat(status) end
 local now_ms, expires = tonumber(ARGV[5]), ARGV[6]
 local sub = string.sub
 local digests = ARGV[4]
-for first = 1, expires == '0' and 0 or #done, 1000 do
+-- Done per activity, counted from the activities the stored values name (rings: after the shards' keys).
+local per_activity, ring_of = nil, {}
+if ARGV[7] ~= '' then
+  per_activity = {}
+  local rings = 9 + i
+  ring_of[''] = KEYS[rings]
+  local n = 0
+  for name in string.gmatch(ARGV[7], '[^\n]+') do
+    n = n + 1
+    ring_of[name] = KEYS[rings + n]
+  end
+end
+for first = 1, (expires == '0' and not per_activity) and 0 or #done, 1000 do
   local last = math.min(first + 999, #done)
   local values = redis.call('HMGET', records, unpack(done, first, last))
-  for j = first, last do
+  for j = first, expires == '0' and 0 or last do
     local value, wait = values[j - first + 1], 0
     local pushed_us = value and tonumber(stored_push_time(value))
     if pushed_us then wait = math.max(0, now_ms - math.floor(pushed_us / 1000)) end
@@ -55,6 +69,18 @@ for first = 1, expires == '0' and 0 or #done, 1000 do
         and redis.call('HLEN', key) == 1 then
       redis.call('PEXPIREAT', key, expires)
     end
+  end
+  if per_activity then
+    for j = 1, last - first + 1 do
+      local name = values[j] and stored_activity(values[j]) or ''
+      if not ring_of[name] then name = '' end  -- an activity no longer defined: counted as default's
+      per_activity[name] = (per_activity[name] or 0) + 1
+    end
+  end
+end
+if per_activity then
+  for name, n in pairs(per_activity) do
+    count_activity_done(counters, ring_of[name], name == '' and 'default' or name, n)
   end
 end
 -- One HDEL per hash for the whole batch (unpack() is limited by Lua's C stack, hence the chunks).

@@ -2,21 +2,24 @@
 -- Each step names the entry it was decided on; an entry that changed since (kept again) is left alone ('0').
 -- The step codes (STEP_DONE...) come from dataq/store/custody_codes.py, put before this script by the store.
 -- KEYS[1] custody hash      KEYS[2] custody_due zset      KEYS[3] custody_since zset      KEYS[4] custody_sites hash
--- KEYS[5] records hash      KEYS[6] active list           KEYS[7] counters hash           KEYS[8] events stream
--- KEYS[9] receipts list
--- KEYS[10..] two per step, in order: the record's shard of the remembered done records in the current and the
+-- KEYS[5] records hash      KEYS[6] counters hash         KEYS[7] events stream           KEYS[8] receipts list
+-- KEYS[9..] two per step, in order: the record's shard of the remembered done records in the current and the
 --           previous generation (dataq/store/remembered.py)
+-- KEYS[9 + 2 * steps] default's active list, then one per named activity (lib/activities.lua): a record resent
+--           goes back to its activity's
 -- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
 -- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
 -- ARGV[7] when the current generation's shards expire (ms; 0: remember nothing)        ARGV[8] the steps' digests (16 bytes each)
--- ARGV[9..] five per step: its code, id, the entry it was decided on, then per code:
+-- ARGV[9] the named activities, joined by newlines ('' without activities)
+-- ARGV[10..] five per step: its code, id, the entry it was decided on, then per code:
 --   STEP_DONE       the end of the chain holds it:        end time (ms), its histogram bucket field in counters
 --   STEP_PENDING    still on its way:                      the entry to keep instead, when to ask next (ms)
 --   STEP_ASK_LATER  no answer (an outage, or no receipts): '', when to ask next (ms)
 --   STEP_RESEND     unknown there: queue it here again:    the entry to keep instead, when to ask next (ms)
 -- return: status string with one char per step, '1' applied or '0' the entry changed meanwhile
 local custody, due, since, sites = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local records, active, counters, events, receipts = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local records, counters, events, receipts = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lists, named = activity_lists(9 + 2 * ((#ARGV - 9) / 5), ARGV[9])
 local now, maxlen, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local expires, digests = ARGV[7], ARGV[8]
 local status, resent = {}, 0
@@ -28,11 +31,11 @@ local function forget(id, entry)
 end
 -- Every code is checked before anything is written: a step this script does not know leaves the batch untouched.
 local known = {[STEP_DONE] = true, [STEP_PENDING] = true, [STEP_ASK_LATER] = true, [STEP_RESEND] = true}
-for base = 9, #ARGV, 5 do
+for base = 10, #ARGV, 5 do
   if not known[ARGV[base]] then return redis.error_reply('unknown custody step ' .. ARGV[base]) end
 end
 local op = 0
-for base = 9, #ARGV, 5 do
+for base = 10, #ARGV, 5 do
   op = op + 1
   local kind, id, seen, a, b = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   local current = redis.call('HGET', custody, id)
@@ -50,7 +53,7 @@ for base = 9, #ARGV, 5 do
     forget(id, entry)
     -- The done record's memory learns when the end of the chain had it: '<done ms>,<wait ms>,<end - done ms>'.
     local field = string.sub(digests, 16 * op - 15, 16 * op)
-    local cur_key, prev_key = KEYS[8 + 2 * op], KEYS[9 + 2 * op]
+    local cur_key, prev_key = KEYS[7 + 2 * op], KEYS[8 + 2 * op]
     local value = redis.call('HGET', cur_key, field) or redis.call('HGET', prev_key, field)
     local end_ms = tonumber(a)
     local done_ms, wait = now, 0
@@ -74,7 +77,7 @@ for base = 9, #ARGV, 5 do
     local entry = cjson.decode(a)
     -- Back in the queue as it was first pushed here, unless it is there already (run again meanwhile).
     if redis.call('HSETNX', records, id, entry['r']) == 1 then
-      redis.call('LPUSH', active, id)
+      redis.call('LPUSH', named == 0 and lists[''] or (lists[stored_activity(entry['r'])] or lists['']), id)
       resent = resent + 1
       if maxlen > 0 then redis.call('XADD', events, '*', 'k', 'resent', 'id', id, 'd', entry['site']) end
     end

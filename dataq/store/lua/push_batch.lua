@@ -9,6 +9,7 @@
 -- KEYS[5] rates ring (lib/rates.lua)
 -- KEYS[6..] two per record, in order: its shard of the remembered done records in the current and the previous
 --           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate
+-- KEYS[6 + 2 * records] the activities set (dataq/keys.py), then one active list per named activity (of ARGV[11])
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
@@ -21,8 +22,10 @@
 -- ARGV[8] the records' digests (16 bytes each, in order), their fields in those shards
 -- ARGV[9] one character per record, '1' for a record sent again on purpose (stored even if remembered done), or
 --         '' when none is (the common case: nothing to split)
+-- ARGV[10] one character per record naming its active list: '0' default's (KEYS[2]), '0' + j the j-th named
+--          activity's; '' when every record is default's      ARGV[11] the named activities, joined by newlines
 -- return: { status string with one char per record, '1' pushed, '2' pushed by an earlier try of this same
---           write (still tracked, or already done), '0' duplicate; active list length after }
+--           write (still tracked, or already done), '0' duplicate; records in the active lists after }
 local records, active, events, counters, rates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local maxlen = tonumber(ARGV[1])
 -- The push time (µs) inside a stored value (lib/stored.lua); with the id it names one write exactly.
@@ -76,7 +79,11 @@ local function remembered(i)
   local field = string.sub(digests, 16 * i - 15, 16 * i)
   return redis.call('HEXISTS', KEYS[4 + 2 * i], field) == 1 or redis.call('HEXISTS', KEYS[5 + 2 * i], field) == 1
 end
+local codes, named_keys = ARGV[10], 6 + 2 * count
+local named = {}
+for name in string.gmatch(ARGV[11], '[^\n]+') do named[#named + 1] = name end
 local status, fresh, fields, seen = {}, {}, {}, {}
+local lanes, lane_of = {}, {}  -- per named activity's index, its fresh ids; per id, its lane (only with codes)
 local fresh_count, duplicates = 0, 0
 local batch_time
 for i = 1, count do
@@ -98,6 +105,14 @@ for i = 1, count do
   else
     fresh_count = fresh_count + 1
     fresh[fresh_count] = id
+    if codes ~= '' then
+      local lane = string.byte(codes, i) - 48
+      if lane > 0 then
+        lanes[lane] = lanes[lane] or {}
+        lanes[lane][#lanes[lane] + 1] = id
+        lane_of[id] = lane
+      end
+    end
     fields[2 * fresh_count - 1] = id
     fields[2 * fresh_count] = value
     status[i] = '1'
@@ -116,8 +131,21 @@ if maxlen > 0 and fresh_count > 0 then
   redis.call('XADD', events, '*', 'k', 'pushed', 'id', joined, 'd', batch_time)
 end
 -- unpack() is limited by Lua's C stack, so push in chunks.
-for i = 1, fresh_count, 1000 do
-  redis.call('LPUSH', active, unpack(fresh, i, math.min(i + 999, fresh_count)))
+local function queue(list, ids, n)
+  for i = 1, n, 1000 do redis.call('LPUSH', list, unpack(ids, i, math.min(i + 999, n))) end
+end
+if codes == '' then
+  queue(active, fresh, fresh_count)
+else
+  -- Each record to its activity's list, in the order it came; the activity is noted as one whose list exists,
+  -- so that a pop daemon that does not serve it (its settings lack it) finds the list and adopts its records.
+  local plain = {}
+  for _, id in ipairs(fresh) do if not lane_of[id] then plain[#plain + 1] = id end end
+  queue(active, plain, #plain)
+  for lane, ids in pairs(lanes) do
+    queue(KEYS[named_keys + lane], ids, #ids)
+    redis.call('SADD', KEYS[named_keys], named[lane])
+  end
 end
 -- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
 if maxlen > 0 and count > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
@@ -126,4 +154,6 @@ if fresh_count > 0 then
   redis.call(ARGV[7] == 'sharded' and 'SPUBLISH' or 'PUBLISH', ARGV[3], ARGV[4])
 end
 tally(counters, rates, 'duplicate', duplicates)
-return { table.concat(status), redis.call('LLEN', active) }
+local length = redis.call('LLEN', active)
+for lane = 1, #named do length = length + redis.call('LLEN', KEYS[named_keys + lane]) end
+return { table.concat(status), length }

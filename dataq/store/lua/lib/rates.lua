@@ -11,9 +11,9 @@
 -- counters, rates: keys (KEYS entries of the calling script)   kind: one of RATE_KINDS   n: records (nothing
 -- is written for n <= 0)
 -- return: nothing
-local function tally(counters, rates, kind, n)
-  if n <= 0 then return end
-  redis.call('HINCRBY', counters, kind, n)
+-- count_in_ring(rates, kind, n, earlier): adds n to the current bucket's count of ``kind`` in the ring ``rates``;
+-- earlier() says how many records of the ring were counted before it began (0: none), asked on its first count
+local function count_in_ring(rates, kind, n, earlier)
   -- The server's clock, not the caller's: every daemon's counts land in the buckets of one clock.
   local now = tonumber(redis.call('TIME')[1])
   local bucket = math.floor(now / RATE_BUCKET_SECONDS)
@@ -28,12 +28,19 @@ local function tally(counters, rates, kind, n)
     if redis.call('HEXISTS', rates, 'since') == 0 then
       -- The ring's first count. Records counted before it (a queue older than its ring) are in no bucket, so
       -- the rates cover only from now; a new queue's ring misses nothing.
-      local before = 0
-      for _, total in ipairs(redis.call('HMGET', counters, unpack(RATE_KINDS))) do
-        before = before + (tonumber(total) or 0)
-      end
-      redis.call('HSET', rates, 'since', before > n and now or 0)
+      redis.call('HSET', rates, 'since', earlier() > 0 and now or 0)
     end
   end
   redis.call('HINCRBY', rates, kind .. ':' .. slot, n)
+end
+local function tally(counters, rates, kind, n)
+  if n <= 0 then return end
+  redis.call('HINCRBY', counters, kind, n)
+  count_in_ring(rates, kind, n, function()
+    local before = 0
+    for _, total in ipairs(redis.call('HMGET', counters, unpack(RATE_KINDS))) do
+      before = before + (tonumber(total) or 0)
+    end
+    return before - n
+  end)
 end
