@@ -49,6 +49,12 @@ class BatchOptions:
         """Records running at once that fill every batch in flight."""
         return self.in_flight * self.batch_size
 
+    def at_once(self, max_connections: int | None) -> int:
+        """Batches handled at once at most under an option ``max_connections`` (None: one per batch in flight)."""
+        if max_connections is not None and max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        return min(self.in_flight, max_connections or self.in_flight)
+
     def check_batching(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")

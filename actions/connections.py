@@ -15,14 +15,13 @@ outage of the destination as before.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from dataq.logs import get_logger
 from dataq.ops.documents import HELD_BACK_KEY
 
 from .rsync import Completed, RunCommand, run_command
+from .slots import Slots
 
 log = get_logger()
 
@@ -47,46 +46,56 @@ class Connections:
         self.destination = destination
         self._limit = limit
         self.most = most
-        self.at_once = most
-        """Calls that may run at once now."""
+        self._slots = Slots(destination, most)
+        """The calls open, and room for :attr:`at_once` of them."""
         self._run, self._pause = run, pause
-        self._open = 0
         self._ended_at = float("-inf")
         """When the last call that went through ended (the loop's clock)."""
         self._through = 0
         """Calls through since :attr:`at_once` last changed."""
-        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def at_once(self) -> int:
+        """Calls that may run at once now."""
+        return self._slots.room
+
+    @at_once.setter
+    def at_once(self, calls: int) -> None:
+        self._slots.room = calls
 
     def status(self) -> dict[str, object]:
-        """For the heartbeat: the calls at once and the most, while the daemon holds them below the most."""
+        """For the heartbeat: the calls at once and the most, while the daemon holds them below the most; the
+        records waiting for a connection, while some do."""
+        waiting = self._slots.status(self.at_once)
         if self.at_once >= self.most:
-            return {}
-        return {HELD_BACK_KEY: {self.destination: {"at_once": self.at_once, "most": self.most}}}
+            return waiting
+        return {HELD_BACK_KEY: {self.destination: {"at_once": self.at_once, "most": self.most}}, **waiting}
 
-    async def run(self, argv: list[str]) -> Completed:
-        """Run ``argv`` once there is room; again, after a pause, each time the daemon refuses it while another
-        call of this action is open or has just ended."""
+    async def run(self, argv: list[str], ids: Sequence[str] = ()) -> Completed:
+        """Run ``argv`` (a call for the records ``ids``) once there is room; again, after a pause, each time the
+        daemon refuses it while another call of this action is open or has just ended."""
+        slots = self._slots
         while True:
-            await self._enter()
+            await slots.enter(ids)
             try:
                 completed = await self._run(self._limited(argv))
             except BaseException:
                 # Cancelled, its rsync killed: the daemon's side of it may still hold its room a moment.
-                self._open -= 1
                 self._ended_at = asyncio.get_running_loop().time()
-                self._wake()
+                slots.leave()
                 raise
-            self._open -= 1
+            # Left without waking anyone yet: a refusal below narrows the room first.
+            slots.open -= 1
             now = asyncio.get_running_loop().time()
             at_cap = completed.at_cap
-            ours = at_cap and (self._open > 0 or now - self._ended_at < LINGER)
+            ours = at_cap and (slots.open > 0 or now - self._ended_at < LINGER)
             if ours:
-                self._narrow(self._open)
+                self._narrow(slots.open)
             elif not at_cap:
                 # A call the daemon took (whatever came of it); a refusal handed back as an outage held no room.
                 self._ended_at = now
                 self._went_through()
-            self._wake()
+            slots.wake()
             if not ours:
                 return completed
             await asyncio.sleep(self._pause)
@@ -111,7 +120,7 @@ class Connections:
         self.most = most
         self.at_once = min(self.at_once, most) if held_back else most
         self._through = 0
-        self._wake()
+        self._slots.wake()
 
     def _narrow(self, open_now: int) -> None:
         at_once = max(1, min(self.at_once, open_now))
@@ -127,26 +136,3 @@ class Connections:
         if self._through >= PROBE_AFTER * self.at_once:
             self.at_once += 1
             self._through = 0
-
-    async def _enter(self) -> None:
-        while self._open >= self.at_once:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # woken, yet leaving: the room goes to the next one
-                raise
-            finally:
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(waiter)
-        self._open += 1
-
-    def _wake(self) -> None:
-        room = self.at_once - self._open
-        while room > 0 and self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                room -= 1

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dataq.checksum import check_algorithm
@@ -55,6 +56,7 @@ from .base import Action, ActionContext
 from .batcher import BatchOptions
 from .files import in_thread
 from .layout import check_layout, record_values, render
+from .slots import Slots
 from .storing import Stored, store_batch_sync
 
 DEFAULT_LAYOUT = "{date}/{checksum2}/{checksum}"
@@ -86,9 +88,13 @@ class DiskStoreOptions(BatchOptions):
     """Seconds one record may take (None: the queue's ``action_timeout``)."""
     windows: tuple[str, ...] = ()
     """Times of day the root is used, ``"HH:MM-HH:MM"`` in local time (none: always): :mod:`dataq.windows`."""
+    max_connections: int | None = None
+    """Batches stored beneath the root at once at most (None: one per batch in flight, four); the batches beyond
+    wait their turn (a root on disks that must not take more)."""
 
     def __post_init__(self) -> None:
         check_windows(self.windows)
+        self.at_once(self.max_connections)
         if not os.path.isabs(self.root):
             raise ValueError(f"root must be an absolute path, got {self.root!r}")
         check_layout(self.layout)
@@ -97,6 +103,11 @@ class DiskStoreOptions(BatchOptions):
         if self.timeout is not None and not 0 < self.timeout < float("inf"):
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         self.check_batching()
+
+    @property
+    def stores_at_once(self) -> int:
+        """Batches stored at once at most."""
+        return self.at_once(self.max_connections)
 
 
 class DiskStoreAction(Action[DiskStoreOptions]):
@@ -108,6 +119,7 @@ class DiskStoreAction(Action[DiskStoreOptions]):
     def __init__(self, options: DiskStoreOptions, context: ActionContext) -> None:
         super().__init__(options, context)
         self._batcher = options.batcher(self._store_batch, lambda item: item[0].size)
+        self._slots = Slots(options.root, options.stores_at_once)
 
     async def start(self) -> None:
         # A missing root is an operator's mistake to report at start-up, not once per record.
@@ -128,7 +140,21 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         log.debug("stored" if outcome.copied else "already stored", id=record.id, path=outcome.path,
                   source_removed=options.remove_source)
 
+    def reload(self, options: DiskStoreOptions) -> None:
+        super().reload(options)
+        self._slots.room = options.stores_at_once
+
+    def status(self) -> Mapping[str, object]:
+        return self._slots.status(self._slots.room)
+
     async def _store_batch(self, items: list[tuple[Record, str]]) -> list[Stored | ActionError]:
+        await self._slots.enter([record.id for record, _ in items])
+        try:
+            return await self._store_now(items)
+        finally:
+            self._slots.leave()
+
+    async def _store_now(self, items: list[tuple[Record, str]]) -> list[Stored | ActionError]:
         options = self.options
         started = time.monotonic()
         outcomes = await in_thread(lambda abort: store_batch_sync(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,7 +18,7 @@ from dataq.record import Record
 
 from .files import SourceMismatch, SourceRead
 from .move_options import NetworkMoveOptions
-from .rsync import RSYNC_PARTIAL, Completed, remote_digests, send, write_list
+from .rsync import RSYNC_PARTIAL, Completed, RunCommand, remote_digests, send, write_list
 
 
 class Mover(Protocol):
@@ -29,8 +30,8 @@ class Mover(Protocol):
 
     def base_args(self) -> list[str]: ...
 
-    async def connect(self, argv: list[str]) -> Completed:
-        """Run an rsync call to the destination (no more at once than it takes)."""
+    async def connect(self, argv: list[str], ids: Sequence[str] = ()) -> Completed:
+        """Run an rsync call to the destination for the records ``ids`` (no more at once than it takes)."""
 
     def target(self, move: Move) -> str: ...
 
@@ -72,6 +73,12 @@ class BatchMove:
         self.fetched: Completed | None = None
         self.found: dict[str, str] = {}
         """The digest of each file the destination reported, by its path there."""
+
+    def _connect(self, moves: list[Move]) -> RunCommand:
+        """The action's rsync calls, each naming the records it is for (a call waiting for a connection is then
+        named in the heartbeat: ``dataq-cli --why`` says which records a ``max_connections`` holds)."""
+        ids = [move.record.id for move in moves]
+        return lambda argv: self.action.connect(argv, ids)
 
     def _open(self) -> list[int]:
         return [index for index, outcome in enumerate(self.outcomes) if outcome is None]
@@ -123,7 +130,7 @@ class BatchMove:
         await asyncio.to_thread(stage)
         transferred, self.sent = await send(self.action.base_args(), tree, listing, self.options.destination,
                                             mkpath=self.options.create_dirs, ignore_times=ignore_times,
-                                            run=self.action.connect)
+                                            run=self._connect(moves))
         changed = await asyncio.to_thread(self._changed, [move for move in moves if move.relative in transferred])
         for index, move in zip(indices, moves, strict=True):
             if move.record.path in changed:
@@ -167,7 +174,8 @@ class BatchMove:
 
         await asyncio.to_thread(prepare)
         found, self.fetched = await remote_digests(self.action.base_args(), listing, self.options.destination,
-                                                   scratch, self.action.remote, run=self.action.connect)
+                                                   scratch, self.action.remote,
+                                                   run=self._connect([self.moves[index] for index in indices]))
         if self.fetched.unreachable:
             for index in indices:
                 self.outcomes[index] = self.fetched.failure(

@@ -107,8 +107,7 @@ class NetworkMoveOptions(BatchOptions):
     def __post_init__(self) -> None:
         check_windows(self.windows)
         check_bandwidth(self.bandwidth)
-        if self.max_connections is not None and self.max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
+        self.at_once(self.max_connections)
         destination_kind(self.destination)
         check_layout(self.layout)
         if self.algorithm is not None:
@@ -147,7 +146,7 @@ class NetworkMoveOptions(BatchOptions):
     @property
     def connections(self) -> int:
         """rsync connections to the destination at once at most."""
-        return min(self.in_flight, self.max_connections or self.in_flight)
+        return self.at_once(self.max_connections)
 
     @property
     def handon_tls(self) -> bool:

@@ -99,7 +99,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from dataq.bandwidth import Bandwidth
 from dataq.checksum import LARGE_FILE_BYTES
@@ -204,8 +204,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
             args += [f"--contimeout={seconds}", NO_DELAY]
         return [*args, *options.extra_args]
 
-    async def connect(self, argv: list[str]) -> Completed:
-        return await self._connections.run(argv)
+    async def connect(self, argv: list[str], ids: Sequence[str] = ()) -> Completed:
+        return await self._connections.run(argv, ids)
 
     async def run(self, record: Record) -> None:
         options = self.options

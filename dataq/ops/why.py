@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataq.ops.documents import when
+from dataq.ops.documents import WAITING_KEY, when
 from dataq.ops.holds import Hold, what_holds
 from dataq.store import CustodyEntry, Flag, Known, Lost, QueueStore, RecordView, Worker
 from dataq.store.remembered import Done
@@ -44,6 +44,7 @@ class WaitCode(enum.StrEnum):
     UNREACHABLE = "unreachable"
     OUTSIDE_WINDOW = "outside_window"
     RUNNING = "running"
+    HELD = "held"
     BACKING_OFF = "backing_off"
     INACTIVE = "inactive"
     CUSTODY = "custody"
@@ -70,7 +71,7 @@ async def why(store: QueueStore, record_id: str, max_errors: int, now: float | N
     view = await store.show(record_id)
     (known,) = await store.whereabouts([record_id], max_errors) if view.record is None else (None,)
     flags = await store.flags()
-    workers = await store.workers() if view.where == "active" else []
+    workers = await store.workers() if view.where in ("active", "in-flight") else []
     return reason_of(view, known, flags, workers, max_errors, time.time() if now is None else now)
 
 
@@ -85,6 +86,12 @@ def reason_of(view: RecordView, known: Known, flags: Mapping[Flag, bool], worker
         if view.worker is None:
             return Why(record_id, WaitCode.RUNNING, "being claimed or given back: between two lists for a moment",
                        {"worker": None, "since": claimed})
+        held = _held(record_id, view.worker, workers)
+        if held is not None:
+            destination, limit = held
+            return Why(record_id, WaitCode.HELD, f"on {view.worker}, waiting for a connection to {destination}: "
+                       f"{limit} may be open at once (max_connections); it runs when one ends",
+                       {"worker": view.worker, "since": claimed, "destination": destination, "max_connections": limit})
         return Why(record_id, WaitCode.RUNNING, f"on {view.worker}"
                    + (f" since {when(claimed)}" if claimed is not None else ""),
                    {"worker": view.worker, "since": claimed})
@@ -100,6 +107,16 @@ def reason_of(view: RecordView, known: Known, flags: Mapping[Flag, bool], worker
                    f"again: dataq-cli --activate {record_id} {record_id} (every inactive record: --redo)",
                    {"errors": failures.errors, "error": failures.last_error})
     return _untracked(view, known, flags)
+
+
+def _held(record_id: str, worker: str, workers: Sequence[Worker]) -> tuple[str, int] | None:
+    """The destination and its limit, when the worker that holds the record says it waits for a connection."""
+    beat = next((w.heartbeat for w in workers if w.worker_id == worker), None) or {}
+    found = beat.get(WAITING_KEY)
+    for destination, waiting in (found.items() if isinstance(found, dict) else ()):
+        if isinstance(waiting, dict) and record_id in waiting.get("ids", ()):
+            return str(destination), int(waiting.get("max_connections", 0))
+    return None
 
 
 def _queued(view: RecordView, flags: Mapping[Flag, bool], workers: Sequence[Worker], now: float) -> Why:
