@@ -3,7 +3,7 @@
 A client (a feeder, a cascade's hand-on, a custody keeper asking for receipts) opens every connection with one
 line, before any record::
 
-    {"hello":"dataq","version":"0.2.0","speaks":["again","algorithm","audit","identity","receipts","site"]}
+    {"hello":"dataq","version":"0.2.0","speaks":["activity","again","algorithm","audit","identity","pass_on","receipts","site"]}
 
 and reads one line back before it sends anything else. A push daemon that knows the handshake answers with the
 same kind of line, naming what *it* speaks; both sides then use the intersection (:attr:`Greeting.capabilities`).

@@ -3,7 +3,8 @@
 
 The backlog is every record not done yet that will run without an operator: active, delayed and in flight
 (inactive records wait for one). The rate is the queue's done records per minute over the last
-:data:`ETA_WINDOW` seconds of its rates ring, all daemons together. The time is unknown, with the reason, while the
+:data:`ETA_WINDOW` seconds of its rates ring, all daemons together, counted from when records were first done in
+them. The time is unknown, with the reason, while the
 queue's actions are off, a destination is outside its windows or unreachable, no pop daemon is alive, or nothing
 was done in the window.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataq.ops.documents import duration, when
-from dataq.ops.health import Rates, rates
+from dataq.ops.health import Rates
 from dataq.ops.holds import Hold, what_holds
 from dataq.store import QueueStore, Summary, Worker
 
@@ -82,9 +83,16 @@ def eta_of(summary: Summary, recent: Rates, workers: Sequence[Worker], backlog: 
     return Eta(backlog, done, recent.window, backlog / done * 60.0)
 
 
+async def done_rate(store: QueueStore, activity: str | None = None) -> Rates:
+    """The done rate the time is reckoned at: over the last :data:`ETA_WINDOW` seconds, from when records were
+    first done in it (a backlog that came to an idle queue is not reckoned at the rate of the idle minutes)."""
+    done, span = (await store.rate_history(ETA_WINDOW, activity)).since_busy("done", ETA_WINDOW)
+    return Rates({"done": done * 60.0 / span if span > 0 else 0.0}, ETA_WINDOW, span, True)
+
+
 async def queue_eta(store: QueueStore, summary: Summary, workers: Sequence[Worker]) -> Eta:
     """:func:`eta_of`, with the done rate read from the queue's rates ring."""
-    return eta_of(summary, await rates(store, ETA_WINDOW), workers)
+    return eta_of(summary, await done_rate(store), workers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,7 @@ async def activity_etas(store: QueueStore, summary: Summary, workers: Sequence[W
     is in is not counted apart) at its own done rate over the window. Empty for a queue without activities."""
     found = []
     for activity, active in summary.activities.items():
-        recent = await rates(store, ETA_WINDOW, activity)
+        recent = await done_rate(store, activity)
         found.append(ActivityEta(activity, active, summary.counters.get(f"done@{activity}", 0),
                                  eta_of(summary, recent, workers, active)))
     return found

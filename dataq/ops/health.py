@@ -144,9 +144,9 @@ async def check_health(store: QueueStore) -> Health:
     return Health(True, f"Redis answers; {alive} {daemons} alive for queue {store.queue}", alive, registered)
 
 
-async def rates(store: QueueStore, window: float = RATE_WINDOW, activity: str | None = None) -> Rates:
+async def rates(store: QueueStore, window: float = RATE_WINDOW) -> Rates:
     """Pushed, done and failed records per minute over the last ``window`` seconds, from the rates ring: a
-    read that costs the same whatever the traffic. With ``activity``, that activity's done records only."""
-    counts, covered, complete = (await store.rate_history(window, activity)).totals(window)
+    read that costs the same whatever the traffic."""
+    counts, covered, complete = (await store.rate_history(window)).totals(window)
     per_minute = {kind: (counts[kind] * 60.0 / covered if covered > 0 else 0.0) for kind in RATES_REPORTED}
     return Rates(per_minute, window, covered, complete)

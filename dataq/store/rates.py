@@ -51,6 +51,22 @@ class RateHistory:
         return counts, self.now - max(start, self.since), self.since <= start
 
 
+    def since_busy(self, kind: str, seconds: float) -> tuple[int, float]:
+        """The count of ``kind`` over the last ``seconds`` from the first bucket that counted any, and the seconds
+        that span: a backlog that came to an idle queue is not reckoned at the rate of the idle minutes before it.
+        That first bucket began before the work did (by up to a bucket), so once a whole bucket has run after it,
+        it is left out. (0, 0.0) when nothing was counted."""
+        first = self.now - seconds + RATE_BUCKET_SECONDS
+        span = [bucket for bucket in self.buckets if bucket.start + RATE_BUCKET_SECONDS > first]
+        busy = next((index for index, bucket in enumerate(span) if bucket.counts.get(kind)), None)
+        if busy is None:
+            return 0, 0.0
+        if busy + 1 < len(span) - 1:  # a whole bucket after it (the last one is the current, partial one)
+            busy += 1
+        used = span[busy:]
+        return sum(bucket.counts.get(kind, 0) for bucket in used), self.now - max(used[0].start, self.since)
+
+
 class RateOps(StoreBase):
     @translated
     async def rate_history(self, seconds: float = HISTORY_SECONDS, activity: str | None = None) -> RateHistory:

@@ -12,7 +12,7 @@ from dataq.config import Settings
 from dataq.custody.report import chain_of, custody_report
 from dataq.errors import DataqError
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
-from dataq.ops.eta import queue_eta
+from dataq.ops.eta import activity_etas, queue_eta
 from dataq.ops.health import rates, unreachable_destinations
 from dataq.store import Flag, QueueList, QueueStore
 
@@ -75,6 +75,7 @@ class Console:
         recent = await rates(store)
         custody = await custody_report(store, summary, workers)
         eta = await queue_eta(store, summary, workers)
+        activities = await activity_etas(store, summary, workers)
         return {
             "name": queue, "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
             "delayed": summary.delayed, "tracked": summary.tracked, "action": summary.action, "read": summary.read,
@@ -83,6 +84,9 @@ class Console:
             "rates": {**{f"{kind}_per_minute": round(value, 3) for kind, value in recent.per_minute.items()},
                       "covered_seconds": round(recent.covered, 3), "complete": recent.complete},
             "eta": eta.describe(), "eta_seconds": eta.doc()["seconds"],
+            "activities": [{"name": a.activity, "active": a.active, "done": a.done,
+                            "done_per_minute": round(a.eta.done_per_minute, 3), "eta": a.eta.describe(),
+                            "eta_seconds": a.eta.doc()["seconds"]} for a in activities],
             "unreachable": [unreachable_doc(u) for u in
                             unreachable_destinations(workers, summary.active + summary.delayed)],
             "counters": summary.counters,

@@ -13,6 +13,7 @@ import pytest
 from dataq.record import Record
 from dataq.store import QueueStore
 from testbed.waits import eventually
+from tests.e2e.test_feed_command import dataq_feed
 from tests.helpers import make_records
 from tests.pop_support import QUEUE, PopProcess, load, processes, write_config
 from tests.push_support import LineClient, RunningPush, start_push
@@ -165,3 +166,25 @@ async def test_records_of_a_killed_pop_daemon_go_back_to_their_activities_and_al
 
 async def _in_flight(store: QueueStore) -> bool:
     return (await store.summary()).in_flight >= 4
+
+
+async def test_dataq_feed_names_the_activity_of_every_record_and_refuses_one_the_queue_lacks(
+        redis_url: str, tmp_path: Path, store: QueueStore) -> None:
+    config = settings_file(tmp_path, redis_url)
+    push = await start_push(load(config))
+    try:
+        night = tmp_path / "night"
+        night.mkdir()
+        for n in range(3):
+            (night / f"obj_{n}.fits").write_bytes(b"frame %d" % n)  # science's globs fit: the feeder decides
+        status, out, err = await dataq_feed("--port", str(push.port), "--activity", "backfill", "--scan",
+                                            str(night), config=config)
+        assert status == 0, err
+        assert out.startswith("pushed 3, ignored 0, errors 0")
+        assert (await store.summary()).activities["backfill"] == 3
+        status, _, err = await dataq_feed("--port", str(push.port), "--activity", "urgent", "--scan", str(night),
+                                          config=config)
+        assert status == 2
+        assert "--activity: unknown activity 'urgent'; this queue's activities are: backfill, default, express" in err
+    finally:
+        await push.shutdown()

@@ -7,11 +7,14 @@ import asyncio
 import contextlib
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dataq.config import QueueSettings
+from dataq.config.activity_settings import ActivitySettings
 from dataq.embedded.redis_server import free_port
 from dataq.feed import file_intake
 from dataq.feed.client import client_tls_context
@@ -19,7 +22,7 @@ from dataq.feed.watch import Watcher, WatchError, WatchOptions
 from dataq.store import QueueStore
 from testbed.waits import eventually
 from tests.feed_support import StartFeeder, md5, queued, until_queued, until_spool_empty, write_file
-from tests.push_support import LOOPBACK, Certs, StartPush
+from tests.push_support import LOOPBACK, QUEUE, Certs, StartPush, push_settings, start_push
 
 
 async def test_a_file_closed_after_writing_is_pushed_with_its_checksum(
@@ -393,3 +396,18 @@ async def test_a_file_the_feeder_may_not_read_is_looked_at_again_later(
     checksum = write_file(fed.root / "locked.fits", b"mode 0600 at first")
     assert await until_queued(store, 1) == {checksum: str(fed.root / "locked.fits")}
     assert refused == [str(fed.root / "locked.fits")]
+
+
+async def test_a_watch_feeds_every_file_in_the_activity_it_names(
+    feeder: StartFeeder, store: QueueStore, redis_url: str, tmp_path: Path
+) -> None:
+    queue = QueueSettings(QUEUE, activities={"backfill": ActivitySettings("backfill")})
+    daemon = await start_push(replace(push_settings(redis_url, tmp_path / "data"), queues={QUEUE: queue}))
+    try:
+        fed = await feeder([(daemon.host, daemon.port)], activity="backfill")
+        checksum = write_file(fed.root / "a.fits", b"x" * 100)
+        assert await until_queued(store, 1) == {checksum: str(fed.root / "a.fits")}
+        assert (await store.summary()).activities == {"default": 0, "backfill": 1}
+        assert await fed.shutdown() == 0
+    finally:
+        await daemon.shutdown()

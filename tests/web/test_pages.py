@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 
-from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList
+from aiohttp.test_utils import TestClient, TestServer
+
+from dataq.activities import Activity, Plan
+from dataq.config import load_settings
+from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList, QueueStore
+from dataq.web.console import Console
+from dataq.web.server import make_app
 from tests.helpers import make_records
 from tests.web.conftest import TOKEN, Web
 from tests.web.test_api import fail_once
@@ -160,3 +167,26 @@ async def test_the_queue_page_shows_the_chain_of_sites_with_the_records_waiting_
     api = await (await web.client.get("/api/queues/transfer")).json()
     assert api["custody"]["records"] == 2
     assert [hop["site"] for hop in api["chain"]][1:] == ["archive", "valley:9988"]
+
+
+async def test_the_queue_page_shows_each_activity_with_its_backlog_done_records_and_time_to_go(
+        redis_url: str) -> None:
+    plan = Plan((Activity("express", 0), Activity("default"), Activity("backfill", 1)))
+    store = QueueStore.from_url(redis_url, "transfer", plan=plan)
+    client = TestClient(TestServer(make_app(Console(load_settings(environ={}), {"transfer": store}), TOKEN)))
+    await client.start_server()
+    try:
+        records = make_records(5)
+        await store.push_batch([replace(r, activity="backfill") for r in records[:3]] + records[3:], "test")
+        response = await client.get("/queues/transfer")
+        html = await response.text()
+        activities = html[html.index('id="activities"'):html.index("</section>", html.index('id="activities"'))]
+        assert '<tr data-activity="express"><td>express</td><td>0</td><td>0</td>' in activities
+        assert '<tr data-activity="backfill"><td>backfill</td><td>3</td><td>0</td><td>0.0</td>' in activities
+        assert "no pop daemon of the queue is running" in activities
+        api = await (await client.get("/api/queues/transfer")).json()
+        assert [(a["name"], a["active"]) for a in api["activities"]] == [("express", 0), ("default", 2),
+                                                                       ("backfill", 3)]
+    finally:
+        await client.close()
+        await store.close()

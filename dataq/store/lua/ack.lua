@@ -79,8 +79,9 @@ for first = 1, (expires == '0' and not per_activity) and 0 or #done, 1000 do
   end
 end
 if per_activity then
+  local now = tonumber(redis.call('TIME')[1])
   for name, n in pairs(per_activity) do
-    count_activity_done(counters, ring_of[name], name == '' and 'default' or name, n)
+    count_activity_done(counters, ring_of[name], name == '' and 'default' or name, n, now)
   end
 end
 -- One HDEL per hash for the whole batch (unpack() is limited by Lua's C stack, hence the chunks).

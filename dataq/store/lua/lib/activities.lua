@@ -31,10 +31,11 @@ local function list_for(lists, named, records, id)
   local value = redis.call('HGET', records, id)
   return value and lists[stored_activity(value)] or lists['']
 end
--- count_activity_done(counters, ring, name, n): n records of activity name done: the counter 'done@<name>' and
--- the activity's own ring of done counts (ring: its key, dq:{NAME}:rates:<activity>)
-local function count_activity_done(counters, ring, name, n)
+-- count_activity_done(counters, ring, name, n, now): n records of activity name done: the counter
+-- 'done@<name>' and the activity's own ring of done counts (ring: its key, dq:{NAME}:rates:<activity>); now: the
+-- server's time in seconds (read once for every activity of a call)
+local function count_activity_done(counters, ring, name, n, now)
   if n <= 0 then return end
   local total = redis.call('HINCRBY', counters, 'done@' .. name, n)
-  count_in_ring(ring, 'done', n, function() return total - n end)
+  count_in_ring(ring, 'done', n, function() return total - n end, now)
 end

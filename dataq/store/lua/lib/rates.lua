@@ -11,11 +11,12 @@
 -- counters, rates: keys (KEYS entries of the calling script)   kind: one of RATE_KINDS   n: records (nothing
 -- is written for n <= 0)
 -- return: nothing
--- count_in_ring(rates, kind, n, earlier): adds n to the current bucket's count of ``kind`` in the ring ``rates``;
--- earlier() says how many records of the ring were counted before it began (0: none), asked on its first count
-local function count_in_ring(rates, kind, n, earlier)
+-- count_in_ring(rates, kind, n, earlier[, now]): adds n to the current bucket's count of ``kind`` in the ring
+-- ``rates``; earlier() says how many records of the ring were counted before it began (0: none), asked on its first
+-- count; now: the server's time in seconds, when the caller read it already (one TIME for several rings)
+local function count_in_ring(rates, kind, n, earlier, now)
   -- The server's clock, not the caller's: every daemon's counts land in the buckets of one clock.
-  local now = tonumber(redis.call('TIME')[1])
+  now = now or tonumber(redis.call('TIME')[1])
   local bucket = math.floor(now / RATE_BUCKET_SECONDS)
   local slot = bucket % RATE_SLOTS
   local stamp = 't:' .. slot
