@@ -14,6 +14,7 @@ from dataq.errors import DataqError
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
 from dataq.ops.eta import activity_etas, queue_eta
 from dataq.ops.health import rates, unreachable_destinations
+from dataq.ops.why import Why, why
 from dataq.store import Flag, QueueList, QueueStore
 
 PAGE_SIZE = 50
@@ -130,8 +131,15 @@ class Console:
         for wanted in (lambda where: where not in ("done", "unknown"), lambda where: where != "unknown"):
             for name, view in views:
                 if wanted(view.where):
-                    return {"queue": name, **view_doc(view), "description": describe_place(view)}
+                    reason = await self._why(name, record_id)
+                    return {"queue": name, **view_doc(view), "description": describe_place(view),
+                            "why": reason.doc()}
         raise NotFound(f"no queue tracks record {record_id!r}, and no event of it is left")
+
+    async def _why(self, queue: str, record_id: str) -> Why:
+        """Why the record is not done yet, with its code, as ``dataq-cli --why`` says it."""
+        max_errors = self.settings.queue(queue).max_errors if queue in self.settings.queues else 0
+        return await why(self.store(queue), record_id, max_errors)
 
     # --- the operator's actions ----------------------------------------------------------------------------
 

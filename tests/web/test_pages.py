@@ -69,6 +69,9 @@ async def test_the_record_page_says_where_the_record_is_and_why_it_failed(web: W
     (record_id,) = await fail_once(web.transfer, 1, "disk full")
     html = await page(web, f"/records/{record_id}")
     assert '<td id="where">inactive</td>' in html and "disk full" in html
+    # The reason and its code, as dataq-cli --why gives them.
+    assert '<td id="why" data-code="inactive"><code>inactive</code> after 1 failures: disk full; to run it again: ' \
+           f"dataq-cli --activate {record_id} {record_id}" in html
     assert "no queue tracks record" in await page(web, "/records/" + "f" * 32, 404)
 
 
