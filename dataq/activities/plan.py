@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 
 from dataq.config.activity_settings import ActivitySettings
 from dataq.config.queue_settings import QueueSettings
-from dataq.errors import InvalidRecord
 from dataq.keys import DEFAULT_ACTIVITY
 from dataq.record import Record
 
@@ -100,12 +99,6 @@ class Plan:
             activity = None if named == DEFAULT_ACTIVITY else named
             resolved.append((record if activity == record.activity else replace(record, activity=activity), source))
         return resolved
-
-    def check(self, name: str) -> str:
-        """``name`` if the queue defines it; InvalidRecord otherwise (the wire's ``Error: unknown activity``)."""
-        if name not in self.names:
-            raise InvalidRecord(f"unknown activity {name!r}; this queue's activities are: {', '.join(self.names)}")
-        return name
 
     def index(self, name: str) -> int:
         """Where an activity's list is among the lists the scripts are given (0: ``default``'s ``active``); an

@@ -43,8 +43,9 @@ async def test_a_hang_up_closes_and_opens_a_window_in_the_running_daemon(tmp_pat
         await store.push_batch(first, source="test")
         await eventually_equal(lambda: counter(store, "done"), 5, what="the first records done")
 
-        # Outside every window now, and a key that waits for the next start: the window is taken at once.
-        settings(tmp_path, redis_url, windows=[never], verify=False)
+        # Outside every window now, and a key that waits for the next start: the window is taken at once, and so
+        # is the root's max_connections.
+        settings(tmp_path, redis_url, windows=[never], verify=False, max_connections=1)
         pop.signal(signal.SIGHUP)
 
         async def outside() -> bool:
@@ -55,6 +56,7 @@ async def test_a_hang_up_closes_and_opens_a_window_in_the_running_daemon(tmp_pat
         await store.push_batch(second, source="test")
         assert (await store.summary()).active == 5 and await counter(store, "done") == 5, "nothing claimed"
         assert logged(tmp_path, "settings changed that take effect at the next start")[-1]["keys"] == ["verify"]
+        assert logged(tmp_path, "settings reloaded")[-1]["max_connections"] == 1
 
         # A mistake in the file: refused whole, the daemon goes on with the window in use.
         settings(tmp_path, redis_url, windows=["7pm-7am"])
