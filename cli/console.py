@@ -78,6 +78,8 @@ Exit status:
 def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRules,
             again: bool, activity: str | None) -> tuple[tuple[str, Record], ...]:
     pushes: list[tuple[str, Record]] = []
+    if activity is not None:
+        rules = rules.naming_any_activity()  # each line's own activity is replaced
     for line in pushstr:
         try:
             pushes.append(("pushstr", parse_line(line, rules)))

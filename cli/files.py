@@ -101,6 +101,8 @@ async def load(
     since Redis has acknowledged them.
     """
     outcome = LoadOutcome()
+    # With --activity, a line's own activity is replaced: one this queue lacks does not stop the load.
+    taken = rules if activity is None else rules.naming_any_activity()
     source = f"load:{'stdin' if path == STDIN else os.path.basename(path)}"
     batch: list[Record] = []
 
@@ -128,7 +130,7 @@ async def load(
                 if not line.strip():
                     continue
                 try:
-                    record = parse_line(line, rules)
+                    record = parse_line(line, taken)
                     if activity is not None:
                         record = replace(record, activity=activity)
                     batch.append(replace(record, again=True) if again and not record.again else record)

@@ -49,9 +49,9 @@ whose queue uses another is refused, not silently mismatched)."""
 IDENTITY_KEY = "identity"
 """An optional key of the JSON form: the identity of the file the feeder hashed (:attr:`Record.identity`)."""
 AGAIN_KEY = "again"
-ACTIVITY_KEY = "activity"
-"""The JSON key naming a record's activity (:mod:`dataq.activities`)."""
 """An optional key of the JSON form: ``true`` for a record sent again on purpose (:attr:`Record.again`)."""
+ACTIVITY_KEY = "activity"
+"""An optional key of the JSON form: the activity the record is served in (:mod:`dataq.activities`)."""
 IDENTITY_FIELDS = 5
 OPTIONAL_KEYS = frozenset({SITE_KEY, ALGORITHM_KEY, IDENTITY_KEY, AGAIN_KEY, ACTIVITY_KEY})
 SITE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -109,8 +109,9 @@ class RecordRules:
     checksum_pattern: str = DEFAULT_CHECKSUM_PATTERN
     algorithm: str = DEFAULT_ALGORITHM
     """The queue's checksum algorithm (``[queues.NAME] checksum``): what its feeders compute."""
-    activities: frozenset[str] = frozenset({DEFAULT_ACTIVITY})
-    """The activities the queue defines (``default`` always): a feeder may name only these."""
+    activities: frozenset[str] | None = frozenset({DEFAULT_ACTIVITY})
+    """The activities the queue defines (``default`` always): a feeder may name only these. None takes any name
+    (:meth:`naming_any_activity`)."""
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -135,12 +136,17 @@ class RecordRules:
         """The activity a record line named, if the queue defines it. A feeder's line naming another is refused;
         a site's hand-on keeps it only if this queue defines it too (else None: this queue's own globs decide), so
         that a cascade whose sites define different activities still moves every record."""
-        if activity in self.activities:
+        if self.activities is None or activity in self.activities:
             return activity
         if site is not None:
             return None
         raise InvalidRecord(f"unknown activity {_shortened(activity)!r}; this queue's activities are: "
-                            f"{', '.join(sorted(self.activities))}")
+                            f"{', '.join(sorted(self.activities or ()))}")
+
+    def naming_any_activity(self) -> RecordRules:
+        """These rules, taking a line that names any activity: for lines whose activity is then replaced (``--load
+        --activity``: a dump of another queue's activities is loaded into one of this queue's)."""
+        return RecordRules(self.checksum_pattern, self.algorithm, None)
 
     def check_algorithm(self, algorithm: object) -> None:
         """A record that names its checksum's algorithm must name the queue's."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from dataq.actions import Action
@@ -177,7 +177,7 @@ class PopWorker:
         if self.windows.shut:
             stats["outside_window"] = self.windows.public()
         for action in self.actions:
-            stats.update(action.status())
+            merge_status(stats, action.status())
         return stats
 
     def free_slots(self) -> int:
@@ -352,3 +352,12 @@ class PopWorker:
         with self._pulse.resting(), contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wake.wait()
+
+
+def merge_status(stats: dict[str, object], status: Mapping[str, object]) -> None:
+    """Add what an action says to its daemon's heartbeat ``stats``. A key that maps destinations to what holds them
+    (``waiting_for_connection``, ``connections_held_back``) gathers every action's destinations: two actions of a
+    queue (a ``network_move`` then a ``disk_store``) each add theirs."""
+    for key, value in status.items():
+        mine = stats.get(key)
+        stats[key] = {**mine, **value} if isinstance(mine, dict) and isinstance(value, dict) else value

@@ -42,22 +42,19 @@ class ActivityOps(StoreBase):
     @translated
     async def active_lists(self) -> list[ActiveList]:
         """Every active list in the order claims look at them (strict activities first, then the shares), then
-        the lists of activities these settings do not define that still hold records."""
+        the lists of activities these settings do not define that hold records (until the sweeper adopts them)."""
         lists = [ActiveList(a.name, self.keys.active_of(a.name)) for a in self.plan.served]
         known: set[str] = await self.r.smembers(self.keys.activities)
-        lists += [ActiveList(name, self.keys.active_of(name), served=False)
-                  for name in sorted(known) if name not in self.plan]
+        unserved = [ActiveList(name, self.keys.active_of(name), served=False)
+                    for name in sorted(known) if name not in self.plan]
+        if unserved:
+            # Names stay in the set for good (see adopt.lua): only those whose lists hold records count.
+            pipe = self.r.pipeline(transaction=False)
+            for entry in unserved:
+                pipe.llen(entry.key)
+            lengths = await pipe.execute()
+            lists += [entry for entry, length in zip(unserved, lengths, strict=True) if int(length)]
         return lists
-
-    @translated
-    async def backlogs(self) -> dict[str, int]:
-        """Records queued per activity (the lists of activities not served included), in serving order."""
-        lists = await self.active_lists()
-        pipe = self.r.pipeline(transaction=True)
-        for entry in lists:
-            pipe.llen(entry.key)
-        lengths = await pipe.execute()
-        return {entry.activity: int(length) for entry, length in zip(lists, lengths, strict=True)}
 
     @translated
     async def queued_at(self, record_id: str) -> Queued | None:
@@ -85,7 +82,7 @@ class ActivityOps(StoreBase):
                 continue
             while True:
                 count = int(await self._script(
-                    "adopt", [entry.key, self.keys.active, self.keys.activities, self.keys.events],
+                    "adopt", [entry.key, self.keys.active, self.keys.events],
                     [entry.activity, ADOPT_CHUNK, self.events_max_len], replicated=True))
                 moved += count
                 if count < ADOPT_CHUNK:

@@ -55,13 +55,15 @@ class RateHistory:
         """The count of ``kind`` over the last ``seconds`` from the first bucket that counted any, and the seconds
         that span: a backlog that came to an idle queue is not reckoned at the rate of the idle minutes before it.
         That first bucket began before the work did (by up to a bucket), so once a whole bucket has run after it,
-        it is left out. (0, 0.0) when nothing was counted."""
+        it is left out, if any was counted after it. (0, 0.0) when nothing was counted."""
         first = self.now - seconds + RATE_BUCKET_SECONDS
         span = [bucket for bucket in self.buckets if bucket.start + RATE_BUCKET_SECONDS > first]
         busy = next((index for index, bucket in enumerate(span) if bucket.counts.get(kind)), None)
         if busy is None:
             return 0, 0.0
-        if busy + 1 < len(span) - 1:  # a whole bucket after it (the last one is the current, partial one)
+        # Left out when a whole bucket has run after it (the last one is the current, partial one), unless nothing
+        # was counted after it (a burst, then quiet: the burst is the rate there is).
+        if busy + 1 < len(span) - 1 and any(bucket.counts.get(kind) for bucket in span[busy + 1:]):
             busy += 1
         used = span[busy:]
         return sum(bucket.counts.get(kind, 0) for bucket in used), self.now - max(used[0].start, self.since)

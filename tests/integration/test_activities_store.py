@@ -148,3 +148,19 @@ async def test_a_queue_without_activities_lists_as_it_always_did(redis_url: str)
         assert "done@default" not in await plain.counters()
     finally:
         await plain.close()
+
+
+async def test_a_record_put_back_into_an_adopted_list_by_older_settings_is_adopted_again(
+        redis_url: str, store: QueueStore) -> None:
+    (late,) = of("backfill", 1, 0)
+    await store.push_batch([late], source="t")
+    await store.claim(WORKER, 1)  # in flight at a daemon still on the settings with backfill
+    narrower = QueueStore.from_url(redis_url, "transfer", plan=Plan())
+    try:
+        assert await narrower.adopt_unserved() == 0  # its list is empty now
+        await store.release(WORKER)  # the older daemon stops, giving the record back to backfill's list
+        assert (await narrower.summary()).activities == {"default": 0, "backfill": 1}
+        assert await narrower.adopt_unserved() == 1
+        assert [r.id for r in (await narrower.claim(WORKER, 1)).records] == [late.id]
+    finally:
+        await narrower.close()

@@ -94,3 +94,14 @@ def test_an_unknown_activity_and_a_range_across_two_activities_are_refused_sayin
     moved = cli("--advance", first, last)
     assert moved.exit_code == 1
     assert f"{first} is queued in activity backfill and {last} in activity default" in moved.stderr
+
+
+def test_a_load_with_activity_takes_lines_naming_activities_this_queue_lacks(cli: Cli, tmp_path: Path) -> None:
+    record = make_records(1, 7)[0]
+    dump = tmp_path / "other.dump"
+    dump.write_text(json.dumps({"path": record.path, "checksum": record.checksum, "size": record.size,
+                                "activity": "nightly"}) + "\n")
+    refused = cli("--load", str(dump))
+    assert refused.exit_code == 1 and "unknown activity 'nightly'" in refused.stderr
+    assert cli("--load", str(dump), "--activity", "backfill").exit_code == 0
+    assert cli("--list", "active").stdout.strip().endswith(", activity=backfill")
