@@ -24,7 +24,7 @@ from dataq.record import Record, RecordRules, parse_line
 from dataq.store import QueueList, QueueStore
 
 from . import files
-from .operations import DEFAULT_EVENTS, PLAN, Context, Request, execute
+from .operations import DEFAULT_EVENTS, STEPS, Context, Request, execute
 from .options import (
     EXIT_CONFIG,
     EXIT_FAILURE,
@@ -32,6 +32,7 @@ from .options import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    checked_activity,
     config_option,
     load_or_exit,
     loglevel_option,
@@ -45,8 +46,8 @@ LIST_CHOICES = ("active", "inactive", "records")
 
 
 def _epilog() -> str:
-    width = max(len(switches) for switches, _, _ in PLAN) + 2
-    steps = "\n".join(f"  {n:>2}. {switches:<{width}}{what}" for n, (switches, what, _) in enumerate(PLAN, start=1))
+    width = max(len(switches) for switches, _, _ in STEPS) + 2
+    steps = "\n".join(f"  {n:>2}. {switches:<{width}}{what}" for n, (switches, what, _) in enumerate(STEPS, start=1))
     # \b keeps click from re-wrapping a paragraph.
     return f"""\b
 Whatever their order on the command line, the switches are carried out in this order:
@@ -89,15 +90,6 @@ def _pushes(pushstr: tuple[str, ...], pushfile: tuple[str, ...], rules: RecordRu
     if activity is not None:
         pushes = [(switch, replace(record, activity=activity)) for switch, record in pushes]
     return tuple((switch, replace(record, again=True) if again else record) for switch, record in pushes)
-
-
-def _checked_activity(activity: str | None, rules: RecordRules) -> str | None:
-    if activity is None:
-        return None
-    try:
-        return rules.check_activity(activity, None)
-    except InvalidRecord as exc:
-        raise click.UsageError(f"--activity: {exc}") from exc
 
 
 def _checked_id(record_id: str, rules: RecordRules, switch: str = "--show") -> str:
@@ -260,7 +252,7 @@ def main(
             action=None if action is None else action == "on",
             read=None if read is None else read == "on",
             clear=clear,
-            pushes=_pushes(pushstr, pushfile, queue.rules, again, _checked_activity(activity, queue.rules)),
+            pushes=_pushes(pushstr, pushfile, queue.rules, again, checked_activity(activity, queue.rules)),
             load=load,
             again=again,
             activity=activity,

@@ -14,6 +14,7 @@ import click
 from dataq.cli.options import (
     EXIT_CONFIG,
     EXIT_FAILURE,
+    checked_activity,
     config_option,
     daemon_logging,
     load_or_exit,
@@ -22,7 +23,7 @@ from dataq.cli.options import (
 )
 from dataq.config import MAX_PORT, Settings
 from dataq.config.feed_settings import parse_target
-from dataq.errors import ConfigError, DataqError, InvalidRecord
+from dataq.errors import ConfigError, DataqError
 from dataq.feed.client import Target
 
 if TYPE_CHECKING:
@@ -105,11 +106,7 @@ def feed(config_path: str | None, queue_name: str | None, host: str | None, port
     fed = settings.feed
     tls = (tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else (fed.tls_ca, fed.tls_cert, fed.tls_key)
     rules = settings.queue(queue).rules
-    if activity is not None:
-        try:
-            rules.check_activity(activity, None)
-        except InvalidRecord as exc:
-            raise click.UsageError(f"--activity: {exc}") from exc
+    checked_activity(activity, rules)
     window = window or fed.window
     if watch_dir is not None:
         _watch(settings, watch_dir, spool_dir, chosen, window, tls, rules, recursive, include, exclude, poll, settle,

@@ -1,8 +1,8 @@
-"""What ``dataq-cli`` does with the switches it was given: one fixed plan, carried out step by step.
+"""What ``dataq-cli`` does with the switches it was given: one fixed order of steps, carried out one by one.
 
 The seed (section 4.3.3) demands that the order of the work never depends on the order of the switches.
-:data:`PLAN` is that order; ``--help`` prints it from here, so the two cannot drift apart. Every step talks to
-Redis only through :class:`~dataq.store.QueueStore`, and the first step that raises stops the plan.
+:data:`STEPS` is that order; ``--help`` prints it from here, so the two cannot drift apart. Every step talks to
+Redis only through :class:`~dataq.store.QueueStore`, and the first step that raises stops the rest.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ async def _follow(ctx: Context) -> None:
 
 Step = Callable[[Context], Awaitable[None]]
 
-PLAN: tuple[tuple[str, str, Step], ...] = (
+STEPS: tuple[tuple[str, str, Step], ...] = (
     ("--action, --read", "switch the flags", _flags),
     ("--clear", "forget every record and the ids remembered done", _clear),
     ("--pushstr, --pushfile, --load", "push records", _push),
@@ -325,7 +325,7 @@ PLAN: tuple[tuple[str, str, Step], ...] = (
 async def execute(ctx: Context) -> int:
     """Carry out the plan; the first step that raises stops it (the steps before stay done)."""
     try:
-        for _switches, _what, step in PLAN:
+        for _switches, _what, step in STEPS:
             await step(ctx)
     finally:
         await ctx.store.close()

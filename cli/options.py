@@ -8,8 +8,9 @@ from typing import Any, TypeVar
 import click
 
 from dataq.config import SYSTEM_CONFIG, Settings, load_settings
-from dataq.errors import ConfigError, DataqError
+from dataq.errors import ConfigError, DataqError, InvalidRecord
 from dataq.logs import LOG_LEVELS, configure_logging
+from dataq.record import RecordRules
 from dataq.runtime.loop import run_daemon
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,6 +56,16 @@ def queue_option(func: F) -> F:
     return click.option(
         "--queue", "-q", "queue_name", default=None, help="Queue name (default: the first configured)."
     )(func)
+
+
+def checked_activity(activity: str | None, rules: RecordRules) -> str | None:
+    """The switch ``--activity``, if the queue defines it (a usage error listing its activities otherwise)."""
+    if activity is None:
+        return None
+    try:
+        return rules.check_activity(activity, None)
+    except InvalidRecord as exc:
+        raise click.UsageError(f"--activity: {exc}") from exc
 
 
 def load_or_exit(config_path: str | None) -> Settings:

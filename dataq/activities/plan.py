@@ -36,6 +36,7 @@ class Plan:
 
     activities: tuple[Activity, ...] = (Activity(DEFAULT_ACTIVITY),)
     _globs: tuple[tuple[str, re.Pattern[str]], ...] = field(init=False, repr=False, compare=False)
+    _indexes: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [activity.name for activity in self.activities]
@@ -47,6 +48,8 @@ class Plan:
         globs = tuple((activity.name, re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in activity.match)))
                       for activity in self.activities if activity.match)
         object.__setattr__(self, "_globs", globs)
+        named = [name for name in names if name != DEFAULT_ACTIVITY]
+        object.__setattr__(self, "_indexes", {name: number for number, name in enumerate(named, start=1)})
 
     @classmethod
     def of(cls, activities: Mapping[str, ActivitySettings]) -> Plan:
@@ -103,8 +106,7 @@ class Plan:
     def index(self, name: str) -> int:
         """Where an activity's list is among the lists the scripts are given (0: ``default``'s ``active``); an
         activity this plan does not serve is ``default``'s."""
-        named = self.named
-        return named.index(name) + 1 if name in named else 0
+        return self._indexes.get(name, 0)
 
     def codes(self, activities: Iterable[str | None]) -> str:
         """One character per record naming its list for a script (:meth:`index` as ``'0'`` + index), or ``''``

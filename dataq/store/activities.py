@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dataq.keys import DEFAULT_ACTIVITY
 from dataq.record import Record
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
@@ -91,9 +90,9 @@ class ActivityOps(StoreBase):
             await self._announce_work()
         return moved
 
-    async def _active_slice(self, offset: int, limit: int | None) -> list[tuple[str, list[str]]]:
+    async def _active_slice(self, offset: int, limit: int | None) -> tuple[bool, list[tuple[str, list[str]]]]:
         """The ids from ``offset`` on (at most ``limit``) of all active lists one after the other, each list in its
-        order (newest first), as (activity, ids) per list touched."""
+        order (newest first), as (activity, ids) per list touched; and whether there is more than one list."""
         lists = await self.active_lists()
         pipe = self.r.pipeline(transaction=True)
         for entry in lists:
@@ -113,14 +112,13 @@ class ActivityOps(StoreBase):
             if wanted is not None:
                 wanted -= len(ids)
             start = 0
-        return found
+        return len(lists) > 1, found
 
     async def _active_records(self, offset: int, limit: int | None) -> list[Record]:
         """Records of :meth:`_active_slice`, each with the activity whose list it waits in (a queue without
         activities leaves them as stored: its listing stays as it always was)."""
         records: list[Record] = []
-        parts = await self._active_slice(offset, limit)
-        many = self.plan.named or any(activity != DEFAULT_ACTIVITY for activity, _ in parts)
+        many, parts = await self._active_slice(offset, limit)
         for activity, ids in parts:
             if not ids:
                 continue

@@ -59,6 +59,13 @@ class StoreBase:
         """Seconds done records are remembered (:mod:`.remembered`)."""
         self.plan = plan or Plan()
         """The queue's activities (:mod:`dataq.activities`): which active lists the scripts fill and serve."""
+        # What the scripts take of the plan, built once: a claim or a push passes them every time.
+        self._active_lists = [self.keys.active, *(self.keys.active_of(name) for name in self.plan.named)]
+        """The block of active lists the scripts take (``lib/activities.lua``): default's, then the named ones'."""
+        self._named = "\n".join(self.plan.named)
+        """The named activities as the scripts take them: joined by newlines."""
+        self._served = ",".join(f"{activity.name}:{activity.weight}" for activity in self.plan.served)
+        """The activities in the order a claim looks at them, as ``claim.lua`` takes them."""
         self._scripts: dict[str, Script] = load_scripts()
         self._lane = Lane(client)
 
@@ -73,16 +80,6 @@ class StoreBase:
         if isinstance(reply, Exception):
             raise reply
         return reply
-
-    @property
-    def _active_lists(self) -> list[str]:
-        """The block of active lists the scripts take (``lib/activities.lua``): default's, then the named ones'."""
-        return [self.keys.active, *(self.keys.active_of(name) for name in self.plan.named)]
-
-    @property
-    def _named(self) -> str:
-        """The named activities as the scripts take them: joined by newlines."""
-        return "\n".join(self.plan.named)
 
     def _remembered(self, ids: Sequence[str], now: float | None = None) -> Lookup:
         """Where the remembered done records of ``ids`` are (their shards' keys and their digests)."""

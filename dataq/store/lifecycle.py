@@ -86,11 +86,10 @@ class LifecycleOps(StoreBase):
     async def claim(self, worker: str, max_count: int) -> Claim:
         """Move up to ``max_count`` next-to-run records into the worker's processing list (never blocks)."""
         k = self.keys
-        served = ",".join(f"{activity.name}:{activity.weight}" for activity in self.plan.served)
         reply = await self._script(
             "claim",
             [k.processing(worker), k.records, k.flags, k.events, k.counters, k.workers, k.shares, *self._active_lists],
-            [max_count, self.events_max_len, worker, self._named, served],
+            [max_count, self.events_max_len, worker, self._named, self._served],
         )
         status = ClaimStatus(reply[0])
         if len(reply) < 3:

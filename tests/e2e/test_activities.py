@@ -3,6 +3,7 @@ and a pop daemon (a child process, so that it can be killed) serves them strict 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator, Sequence
@@ -72,6 +73,24 @@ async def store(redis_url: str, tmp_path: Path) -> AsyncIterator[QueueStore]:
     await store.close()
 
 
+@contextlib.asynccontextmanager
+async def push_daemon_of(config: Path) -> AsyncIterator[RunningPush]:
+    """The push daemon of the settings file ``config``, in this event loop."""
+    push = await start_push(load(config))
+    try:
+        yield push
+    finally:
+        await push.shutdown()
+
+
+async def started_pop(started: list[PopProcess], config: Path, store: QueueStore) -> PopProcess:
+    """``dataq pop --config config`` as a child process (killed at the end of ``processes()``), registered."""
+    pop = PopProcess(config)
+    started.append(pop)
+    await pop.registered(store)
+    return pop
+
+
 async def done(store: QueueStore, activity: str) -> int:
     return (await store.counters()).get(f"done@{activity}", 0)
 
@@ -79,14 +98,11 @@ async def done(store: QueueStore, activity: str) -> int:
 async def test_express_records_pushed_behind_a_backlog_are_all_done_while_the_backlog_still_waits(
         redis_url: str, tmp_path: Path, store: QueueStore) -> None:
     config = settings_file(tmp_path, redis_url)
-    push = await start_push(load(config))
-    try:
+    async with push_daemon_of(config) as push:
         replies = await push_lines(push, [line(r, "backfill") for r in make_records(10_000)])
         assert all(reply.startswith("Pushed") for reply in replies)
         with processes() as started:
-            pop = PopProcess(config)
-            started.append(pop)
-            await pop.registered(store)
+            await started_pop(started, config, store)
             await eventually(lambda: _at_least(store, "backfill", 20), what="the backlog to start")
             # Matched by its path: the feeder names no activity.
             replies = await push_lines(push, [line(r) for r in calib(100, 20_000)])
@@ -95,8 +111,6 @@ async def test_express_records_pushed_behind_a_backlog_are_all_done_while_the_ba
             waiting = (await store.summary()).activities
             assert waiting["express"] == 0
             assert waiting["backfill"] > 9_000
-    finally:
-        await push.shutdown()
 
 
 async def _at_least(store: QueueStore, activity: str, count: int) -> bool:
@@ -106,20 +120,15 @@ async def _at_least(store: QueueStore, activity: str, count: int) -> bool:
 async def test_two_shares_with_work_queued_are_served_3_to_1_and_neither_starves(
         redis_url: str, tmp_path: Path, store: QueueStore) -> None:
     config = settings_file(tmp_path, redis_url, action="sleep:0.01", concurrency=2)
-    push = await start_push(load(config))
-    try:
+    async with push_daemon_of(config) as push:
         await backfill_and_science(push, 1_000)
         with processes() as started:
-            pop = PopProcess(config)
-            started.append(pop)
-            await pop.registered(store)
+            pop = await started_pop(started, config, store)
             await eventually(lambda: _total_done(store, 400), timeout=60, what="400 records done")
             pop.signal(signal.SIGTERM)
             assert await pop.wait() == 0
         science, backfill = await done(store, "science"), await done(store, "backfill")
         assert 2.7 <= science / backfill <= 3.3, (science, backfill)
-    finally:
-        await push.shutdown()
 
 
 async def _total_done(store: QueueStore, count: int) -> bool:
@@ -128,8 +137,7 @@ async def _total_done(store: QueueStore, count: int) -> bool:
 
 async def test_an_activity_the_queue_does_not_define_is_refused_on_the_wire_alone(
         redis_url: str, tmp_path: Path, store: QueueStore) -> None:
-    push = await start_push(load(settings_file(tmp_path, redis_url)))
-    try:
+    async with push_daemon_of(settings_file(tmp_path, redis_url)) as push:
         first, second, third = make_records(3)
         replies = await push_lines(push, [line(first, "express"), line(second, "urgent"), line(third, "x y")])
         assert replies[0] == f"Pushed ID={first.checksum}"
@@ -137,31 +145,22 @@ async def test_an_activity_the_queue_does_not_define_is_refused_on_the_wire_alon
                                      "default, express, science")
         assert replies[2].startswith('Error: activity "x y" is not an activity name')
         assert (await store.summary()).activities["express"] == 1
-    finally:
-        await push.shutdown()
 
 
 async def test_records_of_a_killed_pop_daemon_go_back_to_their_activities_and_all_get_done(
         redis_url: str, tmp_path: Path, store: QueueStore) -> None:
     config = settings_file(tmp_path, redis_url, action="sleep:0.2", concurrency=8)
-    push = await start_push(load(config))
-    try:
+    async with push_daemon_of(config) as push:
         await backfill_and_science(push, 40)
         with processes() as started:
-            pop = PopProcess(config)
-            started.append(pop)
-            await pop.registered(store)
+            pop = await started_pop(started, config, store)
             await eventually(lambda: _in_flight(store), what="records in flight")
             pop.signal(signal.SIGKILL)
             await pop.wait()
-            survivor = PopProcess(config)
-            started.append(survivor)
-            await survivor.registered(store)
+            await started_pop(started, config, store)
             await eventually(lambda: _total_done(store, 80), timeout=60, what="every record done")
         assert (await done(store, "backfill"), await done(store, "science")) == (40, 40)
         assert (await store.summary()).tracked == 0
-    finally:
-        await push.shutdown()
 
 
 async def _in_flight(store: QueueStore) -> bool:
@@ -171,8 +170,7 @@ async def _in_flight(store: QueueStore) -> bool:
 async def test_dataq_feed_names_the_activity_of_every_record_and_refuses_one_the_queue_lacks(
         redis_url: str, tmp_path: Path, store: QueueStore) -> None:
     config = settings_file(tmp_path, redis_url)
-    push = await start_push(load(config))
-    try:
+    async with push_daemon_of(config) as push:
         night = tmp_path / "night"
         night.mkdir()
         for n in range(3):
@@ -186,5 +184,3 @@ async def test_dataq_feed_names_the_activity_of_every_record_and_refuses_one_the
                                           config=config)
         assert status == 2
         assert "--activity: unknown activity 'urgent'; this queue's activities are: backfill, default, express" in err
-    finally:
-        await push.shutdown()

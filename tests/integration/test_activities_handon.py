@@ -58,23 +58,19 @@ async def queued_there(store: QueueStore, record: Record) -> Record:
 
 
 BACKFILL = {"backfill": ActivitySettings("backfill", share=1), "science": ActivitySettings("science", ("*.fits",))}
+SCIENCE_ONLY = {"science": ActivitySettings("science", ("*.fits",))}
 
 
-@pytest.mark.parametrize("next_site", [BACKFILL], indirect=True)
-async def test_a_record_is_handed_on_in_its_activity_and_the_next_site_queues_it_there(
-        daemon: RsyncDaemon, next_site: tuple[RunningPush, QueueStore], tmp_path: Path) -> None:
-    push, store = next_site
-    record = replace(make_file(tmp_path / "mountain", "a.fits", DATA), activity="backfill")
-    await make_action(daemon, tmp_path, push.port).run(record)
+@pytest.mark.parametrize(("next_site", "queued_in"), [
     # Its path matches science's globs there: the activity it came with decides.
-    assert (await queued_there(store, record)).activity == "backfill"
-    assert (await store.summary()).activities["backfill"] == 1
-
-
-@pytest.mark.parametrize("next_site", [{"science": ActivitySettings("science", ("*.fits",))}], indirect=True)
-async def test_a_next_site_without_the_activity_queues_the_record_by_its_own_globs(
-        daemon: RsyncDaemon, next_site: tuple[RunningPush, QueueStore], tmp_path: Path) -> None:
+    (BACKFILL, "backfill"),
+    # A next site that lacks the activity queues it by its own globs.
+    (SCIENCE_ONLY, "science"),
+], indirect=["next_site"])
+async def test_a_record_is_handed_on_in_its_activity_or_by_the_next_sites_globs_where_it_lacks_it(
+        daemon: RsyncDaemon, next_site: tuple[RunningPush, QueueStore], queued_in: str, tmp_path: Path) -> None:
     push, store = next_site
     record = replace(make_file(tmp_path / "mountain", "a.fits", DATA), activity="backfill")
     await make_action(daemon, tmp_path, push.port).run(record)
-    assert (await queued_there(store, record)).activity == "science"
+    assert (await queued_there(store, record)).activity == queued_in
+    assert (await store.summary()).activities[queued_in] == 1

@@ -39,7 +39,7 @@ def ok(result: Result) -> Result:
 
 def test_help_states_the_fixed_order_and_every_exit_status(cli: Cli) -> None:
     text = ok(cli("--help")).stdout
-    positions = [text.index(f"{n:>2}. {switches}") for n, (switches, _, _) in enumerate(operations.PLAN, start=1)]
+    positions = [text.index(f"{n:>2}. {switches}") for n, (switches, _, _) in enumerate(operations.STEPS, start=1)]
     assert positions == sorted(positions)
     # Flags and state changes first, the summary last (only --follow, which never ends, comes after it).
     assert " 1. --action, --read" in text and "14. --summary" in text and "15. --follow" in text

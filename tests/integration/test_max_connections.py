@@ -65,7 +65,7 @@ def disk_store(root: Path, **options: Any) -> DiskStoreAction:
 async def test_a_disk_store_root_takes_no_more_batches_at_once_than_max_connections(tmp_path: Path) -> None:
     root = tmp_path / "store"
     root.mkdir()
-    records = [make_file(tmp_path / "night", f"frame-{n}.fits", os.urandom(8 * MIB)) for n in range(4)]
+    records = [make_file(tmp_path / "night", f"frame-{n}.fits", os.urandom(4 * MIB)) for n in range(8)]
     action = disk_store(root, max_connections=1, batch_size=1)
     seen: list[Mapping[str, object]] = []
 
@@ -81,10 +81,11 @@ async def test_a_disk_store_root_takes_no_more_batches_at_once_than_max_connecti
         watching.cancel()
     waits = [status[WAITING_KEY] for status in seen if status]
     assert waits, "no batch waited for the root"
-    assert all(entry[str(root)]["open"] == 1 for entry in waits)  # type: ignore[index]
+    # Never more than one batch stored at once (none for the moment between one leaving and the next entering).
+    assert all(entry[str(root)]["open"] <= 1 for entry in waits)  # type: ignore[index]
     named = {record_id for entry in waits for record_id in entry[str(root)]["ids"]}  # type: ignore[index, attr-defined]
     assert named <= {record.checksum for record in records}
-    assert len([path for path in root.rglob("*") if path.is_file() and ".dataq" not in path.parts]) == 4
+    assert len([path for path in root.rglob("*") if path.is_file() and ".dataq" not in path.parts]) == 8
 
 
 def test_max_connections_below_1_is_a_settings_error_naming_the_key(tmp_path: Path) -> None:
