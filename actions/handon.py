@@ -1,12 +1,12 @@
-"""``network_move``'s hand-on: the record of a verified transfer, pushed to the next site's push daemons with the
-feeder's own client (:mod:`dataq.feed`), over TLS or mutual TLS when configured.
+"""``network_move``'s hand-on: the record of a verified transfer, pushed to the next site's push daemons over
+kept, pipelined connections (:mod:`dataq.nextsite`), over TLS or mutual TLS when configured.
 
-Without a spool, each hand-on is one feed over the next sites (the feeder's fail-over, one round): the first
-that answers within ``timeout`` takes it, an
-``Error:`` reply fails the record, and no site answering is an outage of the next sites (``Retryable``). With a
-spool, a hand-on is kept in it (fsynced) and succeeds at once, and a sender running beside the pop daemon's
-workers (a :class:`~dataq.feed.forward.Forwarder`) sends the spool to the next sites for as long as they stay
-away: the next site's outage then holds up nothing at this one.
+Without a spool, each hand-on is one round over the next sites: the first that answers within ``timeout`` takes
+it, an ``Error:`` reply fails the record, and no site answering is an outage of the next sites (``Retryable``).
+The hand-ons of a batch travel together on one connection per next site, which the custody keeper's receipts
+queries share. With a spool, a hand-on is kept in it (fsynced) and succeeds at once, and a sender running beside
+the pop daemon's workers (a :class:`~dataq.feed.forward.Forwarder`) sends the spool to the next sites for as long
+as they stay away: the next site's outage then holds up nothing at this one.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import ssl
 
 from dataq.checksum import DEFAULT_ALGORITHM
 from dataq.config.feed_settings import parse_target
-from dataq.errors import ActionError, DataqError, Retryable
-from dataq.feed.client import Feeder, client_tls_context
+from dataq.errors import ActionError, DataqError, ProtocolError, Retryable
+from dataq.feed.client import client_tls_context
 from dataq.feed.forward import Forwarder, forward_until_stopped
 from dataq.feed.intake import entry_of
 from dataq.feed.spool import Spool
 from dataq.handshake import Capability, Greeting, PeerBook
 from dataq.logs import get_logger
-from dataq.protocol import Reply, ReplyKind
-from dataq.record import Record, handon_line
+from dataq.nextsite import NextSites
+from dataq.protocol import Reply, ReplyKind, parse_reply
+from dataq.record import Record, form_for, handon_line
 from dataq.runtime.backoff import Backoff
 from dataq.runtime.supervise import cancel_and_wait
 
@@ -55,6 +56,8 @@ class HandOn:
         self.peers = PeerBook()
         """What each next site said in its last handshake (the custody keeper's receipts queries learn it too)."""
         self._tls: ssl.SSLContext | None = None
+        self.next_sites: NextSites | None = None
+        """The kept links to the next sites (after :meth:`start`), shared with the custody keeper's receipts."""
         self._spool: Spool | None = None
         self._forwarder: Forwarder | None = None
         self._sending: asyncio.Task[None] | None = None
@@ -70,6 +73,7 @@ class HandOn:
                 self._spool = await Spool(self.spool_dir).open()
         except DataqError as exc:
             raise ActionError(f"network_move: {exc}") from exc
+        self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
         if self._spool is not None:
             self._forwarder = self._new_forwarder(self._spool)
             self._sending = asyncio.create_task(self._send(self._spool), name="hand-on sender")
@@ -99,8 +103,12 @@ class HandOn:
             self._stop_sending.set()
             _, running = await asyncio.wait({self._sending}, timeout=grace + self.timeout)
             await cancel_and_wait(list(running))
-        if self._spool is not None:
-            await self._spool.close()
+        # Each let go of once (a second close does nothing).
+        spool, self._spool, next_sites, self.next_sites = self._spool, None, self.next_sites, None
+        if spool is not None:
+            await spool.close()
+        if next_sites is not None:
+            await next_sites.close()
 
     @property
     def tls(self) -> ssl.SSLContext | None:
@@ -121,7 +129,7 @@ class HandOn:
         if self._spool is not None and self._forwarder is not None:
             await self._keep(record, handed)
             return ""
-        # The feeder sends it in the form the next site speaks (its handshake).
+        # Sent in the form the next site speaks (its handshake), with the other hand-ons of its batch.
         outcome = await self._offer(handon_line(handed, self.site, self.algorithm))
         if isinstance(outcome, str):
             # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
@@ -142,30 +150,32 @@ class HandOn:
         log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
         return site
 
-    async def _offer(self, item: Record | str) -> tuple[str, Reply, Greeting] | str:
+    async def _offer(self, line: str) -> tuple[str, Reply, Greeting] | str:
         """One round over the sites: the site that answered (as ``next_sites`` writes it), its reply and what it
-        said in the handshake, or why none did."""
-        (host, port), *others = [parse_site(site) for site in self.sites]
-        # Each site is given ``timeout`` to accept and to answer (the feeder's fail-over); the default window:
-        # with a window of exactly one record the feeder would wait for more input.
-        feeder = Feeder(host, port, also=others, retry_for=0.0, timeout=self.timeout, tls=self._tls,
-                        peers=self.peers)
-        try:
-            # A lone site is not left for being silent (there is no other): it gets one more ``timeout`` to answer.
-            async with asyncio.timeout(2 * self.timeout * len(self.sites)):
-                result = await feeder.feed([item])
-        except TimeoutError:
-            return f"no answer within {2 * self.timeout * len(self.sites):g} s"
-        except DataqError as exc:  # unreachable, or not speaking the push protocol
-            return str(exc)
-        assert result.replies is not None
-        (reply,) = result.replies
-        assert feeder.greeting is not None  # a reply came over a connection that was greeted
-        return self._configured(feeder.host, feeder.port), reply, feeder.greeting
+        said in the handshake, or why none did. A reply asking to send the record again (a next site whose
+        writes too few replicas confirmed) is followed for ``timeout`` seconds."""
+        if self.next_sites is None:  # run before start(), as a test may: the links without TLS files
+            self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
+        next_sites = self.next_sites
+        data = (line + "\n").encode("utf-8", "surrogateescape")
 
-    def _configured(self, host: str, port: int) -> str:
-        """The next site as ``next_sites`` writes it."""
-        return next((site for site in self.sites if parse_site(site) == (host, port)), f"{host}:{port}")
+        def compose(greeting: Greeting) -> bytes:
+            # In the form the next site speaks (its handshake).
+            return data if greeting.full else form_for(data, greeting.capabilities)
+
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        while True:
+            outcome = await next_sites.offer(compose)
+            if isinstance(outcome, str):
+                return outcome
+            site, answer, greeting = outcome
+            try:
+                reply = parse_reply(answer)
+            except ProtocolError as exc:  # not an answer of the push protocol: as if it had not answered
+                return f"{site}: {exc}"
+            if not reply.asks_to_resend or asyncio.get_running_loop().time() >= deadline:
+                return site, reply, greeting
+            await asyncio.sleep(0.1)
 
     async def _keep(self, record: Record, handed: Record) -> None:
         assert self._spool is not None and self._forwarder is not None

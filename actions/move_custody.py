@@ -45,7 +45,7 @@ class SenderCustody:
                                        options.after_receipt, self.context.queue.name)
         self.keeper = CustodyKeeper(custody, keeper_options, tls=self.handon.tls, remove_source=remove_if_unchanged,
                                     notifier=self.context.notifier, spooled=self.handon.spooled,
-                                    peers=self.handon.peers)
+                                    peers=self.handon.peers, next_sites=self.handon.next_sites)
         self.keeper.start(self._stop)
 
     async def check_room(self) -> None:

@@ -34,7 +34,9 @@ Options (``[queues.NAME.network_move]``):
     there (``next_path``: an absolute template with the layout's placeholders and ``{relpath}``, the file's
     path beneath ``destination``), is pushed to the first that answers within ``handon_timeout`` seconds; its
     ``Pushed`` or ``Ignored`` reply makes the hand-on good, an ``Error:`` reply fails the record with that
-    message. A site that cannot be reached or does not answer in time is skipped for the next one.
+    message. A site that cannot be reached or does not answer in time is skipped for the next one (and, for a
+    while, by the hand-ons after: :mod:`dataq.nextsite.pool`). Hand-ons travel on one kept connection per next
+    site, many at a time, with the custody's receipts queries (:mod:`dataq.nextsite`).
 ``handon_spool`` (default none)
     An absolute directory: the hand-on keeps the record in this spool (the store-and-forward feeder's, SQLite,
     fsynced) and succeeds at once; a sender of the pop daemon sends the spool to ``next_sites`` for as long as

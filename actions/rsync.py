@@ -47,6 +47,10 @@ RSYNC_EXIT_MEANINGS = {
 RSYNC_UNREACHABLE = frozenset({10, 12, 30, 35, 255})
 """Exit statuses that mean the far side could not be reached or went away: socket I/O (a refused connection),
 a broken protocol stream (the peer died), the two timeouts, and ssh's own failure."""
+RSYNC_PROTOCOL_START = 5
+"""Exit status of an rsync whose client-server protocol did not start: a daemon's refusal (an ``@ERROR:`` line,
+a setting to mend) or a connection that closed before any greeting (a relay, a load balancer or a tunnel with no
+daemon behind it now: an outage)."""
 RSYNC_PARTIAL = frozenset({23, 24})
 """Exit statuses after which some files of a batch may have arrived: each file is then judged on its own."""
 WORK_PREFIX = "dataq-move-"
@@ -63,6 +67,8 @@ _MKPATH_RACE = re.compile(r'mkdir "[^"\n]*" (?:\(in [^)\n]*\) )?failed: File exi
 """What rsync says when its ``--mkpath`` lost a race: two rsyncs making the same missing directory at once (two
 batches to a new destination), the one that finds it made by the other fails (exit status 11) instead of using
 it. The directory is there then, so the send is run again, once."""
+_DAEMON_ERROR = re.compile(r"^@ERROR", re.MULTILINE)
+"""How an rsync daemon says why it refuses a call."""
 _AT_CAP = re.compile(r"^@ERROR: max connections \(\d+\) reached", re.MULTILINE)
 """How an rsync daemon refuses a connection past a module's ``max connections``."""
 _ESCAPED = re.compile(rb"\\#([0-7]{3})")
@@ -117,6 +123,8 @@ class Completed:
     @property
     def unreachable(self) -> bool:
         """The far side could not be reached or could not take files for now (an outage, not a fault)."""
+        if self.status == RSYNC_PROTOCOL_START and _DAEMON_ERROR.search(self.stderr) is None:
+            return True  # no daemon spoke: nothing that answers is there
         return self.status in RSYNC_UNREACHABLE or any(sign in self.stderr for sign in RSYNC_BUSY_OR_FULL)
 
     def failure(self, what: str, destination: str, name: str | None = None) -> ActionError:

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,6 +70,36 @@ def tiny_filesystem(mountpoint: Path, size: int = TINY_FS_BYTES) -> Iterator[Pat
         yield mountpoint
     finally:
         subprocess.run(["umount", str(mountpoint)], check=False)
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def peer_server(handler: Handler) -> AsyncIterator[int]:
+    """A TCP server on loopback whose connections ``handler`` serves; its port. On exit every connection still
+    open is closed too (a hand-on keeps its link to a next site open until its action closes)."""
+    writers: set[asyncio.StreamWriter] = set()
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.add(writer)
+        try:
+            with contextlib.suppress(ConnectionError):
+                await handler(reader, writer)
+        finally:
+            writers.discard(writer)
+            writer.close()
+
+    server = await asyncio.start_server(tracked, LOOPBACK, 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for writer in list(writers):
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        await server.wait_closed()
 
 
 class SilentServer:

@@ -13,6 +13,7 @@ from dataq.custody.receipts import RECEIPTS_KEY, Receipt, ReceiptKind, parse_ans
 from dataq.errors import DataqError, ProtocolError
 from dataq.feed.link import FeedError, raise_if_tls_refused
 from dataq.handshake import Capability, Greeting, Peer, greet
+from dataq.nextsite import NextSites
 
 IDS_PER_LINE = 100
 """Ids per question line: a line of 100 md5 ids is about 3.5 KB, far below any push daemon's line limit."""
@@ -47,6 +48,25 @@ async def ask(host: str, port: int, ids: Sequence[str], *, site: str, tls: ssl.S
     """
     lines = await ask_lines(host, port, ids, site=site, tls=tls, within=within, peer=peer,
                             capability=Capability.RECEIPTS, key=RECEIPTS_KEY)
+    return _receipts(ids, lines)
+
+
+async def ask_over(next_sites: NextSites, target: str, ids: Sequence[str], *, site: str,
+                   within: float) -> list[Receipt]:
+    """As :func:`ask`, over the kept link to the next site ``target`` (as ``next_sites`` writes it), the one
+    its hand-ons travel on."""
+
+    def compose(greeting: Greeting) -> bytes:
+        if not greeting.speaks(Capability.RECEIPTS):
+            raise NotSpoken(greeting)
+        return b"".join(query_line(list(ids[start:start + IDS_PER_LINE]), site, RECEIPTS_KEY)
+                        for start in range(0, len(ids), IDS_PER_LINE))
+
+    return _receipts(ids, await next_sites.ask(target, compose, len(ids), within))
+
+
+def _receipts(ids: Sequence[str], lines: list[bytes]) -> list[Receipt]:
+    """The receipts of the answer ``lines`` about ``ids`` (one each, in order)."""
     answers: list[Receipt] = []
     for record_id, line in zip(ids, lines, strict=True):
         answer = parse_answer(line)

@@ -35,11 +35,12 @@ from dataclasses import dataclass, replace
 
 from dataq.addresses import host_port_text
 from dataq.config.feed_settings import parse_target
-from dataq.custody.client import ReceiptsNotSpoken, ask
+from dataq.custody.client import ReceiptsNotSpoken, ask, ask_over
 from dataq.custody.receipts import Receipt, ReceiptKind
 from dataq.errors import DataqError
 from dataq.handshake import Capability, PeerBook
 from dataq.logs import get_logger
+from dataq.nextsite import NextSites
 from dataq.ops.notices import LogNotifier, Notifier, receipt_overdue_notice
 from dataq.runtime.supervise import cancel_and_wait
 from dataq.store.custody import CustodyEntry, CustodyStep, LastAnswer
@@ -83,8 +84,11 @@ class CustodyKeeper:
     def __init__(self, custody: CustodyFacet, options: KeeperOptions, *, tls: ssl.SSLContext | None,
                  remove_source: SourceCheck, notifier: Notifier | None,
                  spooled: Callable[[list[str]], Awaitable[set[str]]] | None = None,
-                 peers: PeerBook | None = None) -> None:
+                 peers: PeerBook | None = None, next_sites: NextSites | None = None) -> None:
+        """``next_sites``: the hand-on's kept links, which the receipts queries then share (None: a connection
+        per question)."""
         self.custody, self.options, self.tls = custody, options, tls
+        self.next_sites = next_sites
         self.remove_source = remove_source
         self.spooled = spooled
         self.notifier = notifier or LogNotifier()
@@ -187,8 +191,12 @@ class CustodyKeeper:
         """``candidate``'s answers about ``ids``; None if it cannot answer (down, or it does not speak receipts)."""
         host, port = parse_target(candidate)
         try:
-            receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls, within=self.options.timeout,
-                                 peer=self.peers[host_port_text(host, port)])
+            if self.next_sites is not None and candidate in self.next_sites.sites:
+                receipts = await ask_over(self.next_sites, candidate, ids, site=self.options.site,
+                                          within=self.options.timeout)
+            else:
+                receipts = await ask(host, port, ids, site=self.options.site, tls=self.tls,
+                                     within=self.options.timeout, peer=self.peers[host_port_text(host, port)])
         except ReceiptsNotSpoken as exc:
             if candidate not in self._warned:
                 self._warned.add(candidate)

@@ -20,7 +20,7 @@ from dataq.store import QueueList
 from testbed.cascade import Cascade, Site
 from testbed.rsync import LOOPBACK, rsync_daemon
 from testbed.waits import eventually, eventually_equal
-from tests.actions_support import OlderPeer
+from tests.actions_support import OlderPeer, peer_server
 from tests.cascade_support import (
     FAST,
     FLOW_TIMEOUT,
@@ -135,9 +135,16 @@ async def test_the_same_files_fed_again_after_they_are_done_are_ignored_and_move
         assert (await counters(chain.first))["duplicate"] == 40
 
 
-async def test_a_valley_lost_after_the_hand_on_is_healed_by_resending_and_nothing_is_lost(tmp_path: Path) -> None:
+LINKS = {"loopback": None, "long link": (0.02, None)}
+"""Each hop as it is, and through the testbed's long link (20 ms each way, a round trip per connection: kept
+short, as every hand-on, receipt and rsync call pays it)."""
+
+
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
+async def test_a_valley_lost_after_the_hand_on_is_healed_by_resending_and_nothing_is_lost(
+        tmp_path: Path, link: tuple[float, float | None] | None) -> None:
     records = make_sources(tmp_path / "data", 200)
-    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+    with cascade(tmp_path, ["mountain", "valley", "archive"], link=link) as chain:
         mountain, valley, archive = chain.sites
         valley.pop.kill()  # the valley holds what it is handed: nothing goes further
         async with watching(records, archive) as watch:
@@ -158,10 +165,11 @@ async def test_a_valley_lost_after_the_hand_on_is_healed_by_resending_and_nothin
         assert archived(archive) == {record.checksum for record in records}
 
 
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
 async def test_an_archive_down_for_longer_than_resend_after_holds_custody_and_nothing_is_resent(
-        tmp_path: Path) -> None:
+        tmp_path: Path, link: tuple[float, float | None] | None) -> None:
     records = make_sources(tmp_path / "data", 50)
-    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+    with cascade(tmp_path, ["mountain", "valley", "archive"], link=link) as chain:
         mountain, valley, archive = chain.sites
         archive.down()
         async with watching(records, archive) as watch:
@@ -179,10 +187,11 @@ async def test_an_archive_down_for_longer_than_resend_after_holds_custody_and_no
         assert (await counters(mountain)).get("resent", 0) == 0
 
 
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
 async def test_sigkill_of_each_sites_pop_daemon_mid_flow_loses_nothing_and_deletes_nothing_early(
-        tmp_path: Path) -> None:
+        tmp_path: Path, link: tuple[float, float | None] | None) -> None:
     records = make_sources(tmp_path / "data", 200)
-    with cascade(tmp_path, ["mountain", "valley", "archive"]) as chain:
+    with cascade(tmp_path, ["mountain", "valley", "archive"], link=link) as chain:
         async with watching(records, chain.last) as watch:
             await feed(chain.first, records)
             for site in chain.sites:
@@ -213,33 +222,30 @@ async def test_a_four_site_chain_delivers_and_traces_every_site(tmp_path: Path) 
 async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(tmp_path: Path) -> None:
     records = make_sources(tmp_path / "data", 20)
     peer = OlderPeer()
-    server = await asyncio.start_server(peer.serve, LOOPBACK, 0)
-    port = server.sockets[0].getsockname()[1]
-    with rsync_daemon(tmp_path / "rsyncd", {"incoming": tmp_path / "older"}) as daemon:
-        site = Site(tmp_path, "mountain")
-        site.start_services()
-        site.write_config(["network_move"], {"network_move": {
-            "destination": daemon.url("incoming"), "next_sites": [f"{LOOPBACK}:{port}"],
-            "next_path": "/older/{relpath}", "remove_source": "after_receipt", **FAST}}, {"concurrency": 4}, {})
-        site.start_daemons()
-        try:
-            assert await feed(site, records) == [ReplyKind.PUSHED] * 20
-            await eventually_equal(lambda: custody_count(site), 20, timeout=FLOW_TIMEOUT, what="custody of 20")
+    async with peer_server(peer.serve) as port:
+        with rsync_daemon(tmp_path / "rsyncd", {"incoming": tmp_path / "older"}) as daemon:
+            site = Site(tmp_path, "mountain")
+            site.start_services()
+            site.write_config(["network_move"], {"network_move": {
+                "destination": daemon.url("incoming"), "next_sites": [f"{LOOPBACK}:{port}"],
+                "next_path": "/older/{relpath}", "remove_source": "after_receipt", **FAST}}, {"concurrency": 4}, {})
+            site.start_daemons()
+            try:
+                assert await feed(site, records) == [ReplyKind.PUSHED] * 20
+                await eventually_equal(lambda: custody_count(site), 20, timeout=FLOW_TIMEOUT, what="custody of 20")
 
-            async def reported() -> bool:
-                custody = (await summary_of(site)).get("custody")
-                return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
+                async def reported() -> bool:
+                    custody = (await summary_of(site)).get("custody")
+                    return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
 
-            await eventually(reported, timeout=FLOW_TIMEOUT, what="the older peer shown in --summary")
-            text = await asyncio.to_thread(cli, site, "--summary")
-            assert f"next site {LOOPBACK}:{port}: does not speak receipts" in text
-            assert "no handshake" in text, "and says why: what the next site said of itself"
-            await asyncio.sleep(2 * FAST["resend_after"])  # a negative check: nothing deleted, nothing resent
-            assert all(os.path.exists(record.path) for record in records)
-            assert (await counters(site)).get("resent", 0) == 0
-            assert len(peer.lines) == 20 and not [line for line in peer.lines if line.startswith(b"{")], \
-                "each record taken once, in the 2014 form, never asked for receipts"
-        finally:
-            site.stop()
-            server.close()
-            await server.wait_closed()
+                await eventually(reported, timeout=FLOW_TIMEOUT, what="the older peer shown in --summary")
+                text = await asyncio.to_thread(cli, site, "--summary")
+                assert f"next site {LOOPBACK}:{port}: does not speak receipts" in text
+                assert "no handshake" in text, "and says why: what the next site said of itself"
+                await asyncio.sleep(2 * FAST["resend_after"])  # a negative check: nothing deleted, nothing resent
+                assert all(os.path.exists(record.path) for record in records)
+                assert (await counters(site)).get("resent", 0) == 0
+                assert len(peer.lines) == 20 and not [line for line in peer.lines if line.startswith(b"{")], \
+                    "each record taken once, in the 2014 form, never asked for receipts"
+            finally:
+                site.stop()

@@ -71,6 +71,11 @@ async def test_a_record_is_handed_on_in_its_activity_or_by_the_next_sites_globs_
         daemon: RsyncDaemon, next_site: tuple[RunningPush, QueueStore], queued_in: str, tmp_path: Path) -> None:
     push, store = next_site
     record = replace(make_file(tmp_path / "mountain", "a.fits", DATA), activity="backfill")
-    await make_action(daemon, tmp_path, push.port).run(record)
+    action = make_action(daemon, tmp_path, push.port)
+    await action.start()
+    try:
+        await action.run(record)
+    finally:
+        await action.close()
     assert (await queued_there(store, record)).activity == queued_in
     assert (await store.summary()).activities[queued_in] == 1

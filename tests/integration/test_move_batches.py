@@ -174,7 +174,10 @@ async def test_each_record_of_a_batch_is_handed_on_only_once_its_own_file_is_ver
         action = build("network_move", tmp_path, destination=daemon.url("valley"), rsync=str(liar),
                        next_sites=[f"{LOOPBACK}:{next_site.port}"], next_path="/valley/{relpath}", reread=True,
                        batch_size=BATCH)
-        outcomes = await run_all(action, records)
+        try:
+            outcomes = await run_all(action, records)
+        finally:
+            await action.close()
         assert [outcome is None for outcome in outcomes] == [True, False, True, True]
         handed = {record.checksum for record in await next_queue.list_records(QueueList.ACTIVE)}
         assert handed == {records[n].checksum for n in (0, 2, 3)}

@@ -25,6 +25,7 @@ TIERS: dict[str, int] = {
     "dataq.embedded": 3, "dataq.ops": 3, "dataq.feed": 3,
     "dataq.custody": 3,   # the custody feature but its Redis access: keeper, receipts, desk, journeys, reports
     "dataq.audit": 3,     # the audit feature but its Redis access: manifests, copies, brakes, repair
+    "dataq.nextsite": 3,  # kept, pipelined links to the next sites: hand-ons and receipts queries
     "dataq.actions": 4,   # what runs on records (network_move hands records on with the feed client)
     "dataq.push": 5, "dataq.pop": 5, "dataq.web": 5,
     "dataq.cli": 6,       # thin: parse, build settings, call the library, print
