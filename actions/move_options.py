@@ -24,6 +24,9 @@ DEFAULT_RESEND_AFTER = 3600.0
 DEFAULT_CUSTODY_MAX = 100_000
 """Records in custody at most by default: about 70 MB of Redis (0.7 KB each, measured by bench/cascade.py)."""
 DEFAULT_RECEIPT_INTERVAL = 10.0
+DEFAULT_MAX_BATCH_SIZE = 1000
+"""Records a batch grows to at most over a long link: four calls of 1,000 files of 20 KB keep a 400 Mbit/s link
+with 150 ms round trips about half busy (its fixed cost, seven round trips, is then a third of each call)."""
 DEFAULT_RECEIPT_ALARM = 86_400.0
 NEXT_PATH_FIELDS = LAYOUT_FIELDS | {"relpath"}
 
@@ -96,6 +99,10 @@ class NetworkMoveOptions(BatchOptions):
     windows: tuple[str, ...] = ()
     """Times of day the destination is used, ``"HH:MM-HH:MM"`` in local time (none: always):
     :mod:`dataq.windows`."""
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    """Records a batch may grow to when the link's round trips take most of each rsync call
+    (:mod:`~dataq.actions.transfer_tuner`); batches start at ``batch_size`` and never shrink below it (at or
+    below ``batch_size``: batches keep that size)."""
     max_connections: int | None = None
     """rsync connections to the destination at once at most (None: one per batch in flight, four); the batches
     beyond wait their turn."""
@@ -138,6 +145,8 @@ class NetworkMoveOptions(BatchOptions):
         if (self.handon_tls_cert is None) != (self.handon_tls_key is None):
             raise ValueError("handon_tls_cert and handon_tls_key go together")
         self.check_batching()
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {self.max_batch_size}")
 
     @property
     def after_receipt(self) -> bool:

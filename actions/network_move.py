@@ -55,12 +55,17 @@ Options (``[queues.NAME.network_move]``):
     for their receipt longer than ``receipt_alarm`` seconds make a notice to the operators. At ``custody_max``
     records in custody, hand-ons wait (an outage of the custody, not a failure) until receipts make room.
 
-``batch_size`` (default 100), ``batch_bytes`` (default 64 MiB), ``batch_age`` (default 0)
+``batch_size`` (default 100), ``max_batch_size`` (default 1,000), ``batch_bytes`` (default 64 MiB),
+``batch_age`` (default 0)
     Records are moved in batches (:class:`~dataq.actions.batcher.BatchOptions`): one rsync sends a batch's
     files and one verifies them, so a small file costs a share of two rsync processes instead of two of its
-    own. Four batches are sent at once, and the pop daemon runs at least four times ``batch_size`` records at
-    once (whatever ``[pop] concurrency`` says), so batches fill with the defaults; large files, cut into
-    batches of 64 MiB, go side by side. A daemon whose ``max connections`` takes fewer gets fewer
+    own. Batches start at ``batch_size`` records and grow, up to ``max_batch_size``, while each rsync call
+    spends most of its time on its own round trips and set-up (a long link:
+    :mod:`~dataq.actions.transfer_tuner`, which logs each step with its reason and shows its state under
+    ``batch_tuning`` in ``dataq-cli --workers --json``); ``max_batch_size`` at or below ``batch_size`` keeps
+    them at ``batch_size``. Four batches are sent at once, and the pop daemon runs at least four times the batch
+    size in use records at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults; large
+    files, cut into batches of 64 MiB, go side by side. A daemon whose ``max connections`` takes fewer gets fewer
     (:mod:`~dataq.actions.connections`): a call it refuses while another of the action's is open waits for
     that one instead of counting as an outage.
 
@@ -105,7 +110,7 @@ from collections.abc import Mapping, Sequence
 
 from dataq.bandwidth import Bandwidth
 from dataq.checksum import LARGE_FILE_BYTES
-from dataq.errors import ActionError
+from dataq.errors import ActionError, Retryable
 from dataq.logs import get_logger
 from dataq.record import Record
 
@@ -126,8 +131,11 @@ from .rsync import (
     remote_algorithm,
     remove_stale_work_dirs,
 )
+from .transfer_tuner import TransferTuner
 
 NO_DELAY = "--sockopts=TCP_NODELAY"
+TUNING_KEY = "batch_tuning"
+"""The heartbeat's key of the tuner's state, per destination (``dataq-cli --workers --json``)."""
 READ_BATCH = 16
 """Small sources read per trip to a reading thread (a read that hangs, on a stale mount, holds up its batch)."""
 CLOSE_GRACE = 30.0
@@ -162,6 +170,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         self._custody = SenderCustody(self._handon, context, options)
         self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
         self._connections = Connections(options.destination, options.connections, limit=self._limit_now)
+        self._tuner = TransferTuner(options.destination, least=options.batch_size, most=options.max_batch_size,
+                                    enabled=options.max_batch_size > options.batch_size)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
@@ -194,7 +204,12 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         return None if self._bandwidth is None else self._bandwidth.at(time.time())
 
     def status(self) -> Mapping[str, object]:
-        return {**self._custody.status(), **self._connections.status()}
+        tuning = {TUNING_KEY: {self.options.destination: self._tuner.status()}} if self._tuner.enabled else {}
+        return {**self._custody.status(), **self._connections.status(), **tuning}
+
+    def records_at_once(self) -> int:
+        # Enough to fill every batch in flight at the size the tuner has chosen for the link.
+        return self.options.in_flight * self._tuner.batch_size
 
     def base_args(self) -> list[str]:
         options = self.options
@@ -265,10 +280,14 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         """Send, then verify, a batch: per record None (its file is at the destination) or what failed."""
         started = time.monotonic()
         outcomes = await self._move(moves)
+        seconds = time.monotonic() - started
+        unreachable = all(isinstance(outcome, Retryable) for outcome in outcomes)
+        if self._tuner.observe(seconds, sum(move.record.size for move in moves), len(moves), failed=unreachable):
+            self._batcher.size = self._tuner.batch_size
         # One line per batch: each record's own is at debug level (and its history in the queue's events).
         log.info("moved a batch", destination=self.options.destination, records=len(moves),
                  failed=sum(outcome is not None for outcome in outcomes),
-                 bytes=sum(move.record.size for move in moves), seconds=round(time.monotonic() - started, 3))
+                 bytes=sum(move.record.size for move in moves), seconds=round(seconds, 3))
         return outcomes
 
     async def _move(self, moves: list[Move]) -> list[ActionError | None]:

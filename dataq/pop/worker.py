@@ -140,6 +140,8 @@ class PopWorker:
         self.store = store
         self.worker_id = worker_id
         self.actions = tuple(actions)
+        self.configured = concurrency
+        """``[pop] concurrency`` (or the command line's): what runs at once unless the actions need more."""
         self.concurrency = running_at_once(concurrency, actions)
         self.ledger = SlotLedger(self.concurrency)
         """The worker's slots: what it holds, what runs (every count of them lives there)."""
@@ -181,7 +183,9 @@ class PopWorker:
         return stats
 
     def free_slots(self) -> int:
-        """Records the next claim may take (:meth:`SlotLedger.free`)."""
+        """Records the next claim may take (:meth:`SlotLedger.free`), under what the actions need now: an action
+        whose batches grew to fit its link (``network_move``'s tuner) needs more records running to fill them."""
+        self.concurrency = self.ledger.concurrency = running_at_once(self.configured, self.actions)
         return self.ledger.free(postponing=self.outcomes.postponing, unreachable=self.breakers.open,
                                 probe_running=self.breakers.probe_running)
 

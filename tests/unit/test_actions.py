@@ -17,9 +17,10 @@ from dataq.actions.registry import resolve
 from dataq.actions.testing import EchoAction, FailAction, NoopAction, SleepAction, marks
 from dataq.config import QueueSettings, Settings
 from dataq.errors import ActionError, ConfigError
-from dataq.pop.worker import running_at_once
+from dataq.ops.notices import LogNotifier
+from dataq.pop.worker import PopWorker, running_at_once
 from dataq.record import Record
-from testbed.actions import action_context
+from testbed.actions import action_context, fake_store
 from tests.helpers import make_records
 from tests.pop_support import FailSomeAction, FailSomeOptions
 
@@ -69,6 +70,30 @@ def test_a_batching_action_gets_enough_records_at_once_to_fill_its_batches(tmp_p
     assert running_at_once(4, moved) == 600, "the default [pop] concurrency is raised to the largest need"
     assert running_at_once(1000, moved) == 1000, "a larger concurrency stays"
     assert running_at_once(4, build(("noop",))) == 4, "per-record actions run [pop] concurrency at once"
+
+
+class Growing(Action[NoOptions]):
+    """Needs as many records at once as the test says (as ``network_move`` once its batches grew)."""
+
+    name = "growing"
+    need = 8
+
+    def records_at_once(self) -> int:
+        return self.need
+
+
+async def test_a_worker_runs_more_records_at_once_once_its_action_needs_more() -> None:
+    action = Growing(NoOptions(), action_context())
+
+    async def register() -> None:
+        return None
+
+    worker = PopWorker(fake_store(), "host:1:pop:a", QueueSettings("transfer"), [action], 4, LogNotifier(), register)
+    assert worker.free_slots() == 8
+    action.need = 4000
+    assert worker.free_slots() == 4000 and worker.concurrency == 4000
+    action.need = 2
+    assert worker.free_slots() == 4, "never below [pop] concurrency"
 
 
 @dataclass(frozen=True)

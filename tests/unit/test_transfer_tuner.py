@@ -1,0 +1,93 @@
+"""``network_move``'s batch size follows the link: a simulated destination with a round trip, a bandwidth shared
+by the calls at once, and failures, observed as the action observes its rsync calls."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from dataq.actions.transfer_tuner import TransferTuner
+
+FILE = 20_000
+"""Bytes of each file (the cascade benchmark's)."""
+
+
+@dataclass
+class Destination:
+    """A link: ``round_trips`` each rsync call pays, a round trip's seconds, bytes per second shared by ``calls``
+    at once, a cost per file on the far side, and some noise."""
+
+    round_trip: float
+    bandwidth: float
+    per_file: float = 0.0002
+    round_trips: int = 7
+    calls: int = 4
+    noise: float = 0.05
+
+    def call(self, files: int, rng: random.Random) -> tuple[float, int]:
+        size = files * FILE
+        seconds = self.round_trips * self.round_trip + size / (self.bandwidth / self.calls) + files * self.per_file
+        return seconds * rng.uniform(1 - self.noise, 1 + self.noise), size
+
+
+def run(tuner: TransferTuner, destination: Destination, calls: int, seed: int = 1) -> list[int]:
+    """The batch size after each of ``calls`` full batches."""
+    rng = random.Random(seed)
+    sizes = []
+    for _ in range(calls):
+        seconds, size = destination.call(tuner.batch_size, rng)
+        tuner.observe(seconds, size, tuner.batch_size)
+        sizes.append(tuner.batch_size)
+    return sizes
+
+
+LONG = Destination(round_trip=0.15, bandwidth=50e6)
+"""150 ms round trips, 400 Mbit/s."""
+LAN = Destination(round_trip=0.0005, bandwidth=110e6)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_over_a_long_link_batches_grow_to_the_most_within_a_few_steps(seed: int) -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    sizes = run(tuner, LONG, 40, seed)
+    assert sizes[-1] == 1000
+    assert sizes.index(1000) < 5 * 4, "at most five steps of four calls each"
+    assert tuner.last is not None and "on round trips and set-up: larger batches" in tuner.last.reason
+    assert tuner.status()["batch_size"] == 1000
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_on_a_lan_batches_stay_small_but_for_a_probe_now_and_then(seed: int) -> None:
+    tuner = TransferTuner("rsync://valley/data", least=100, most=1000)
+    sizes = run(tuner, LAN, 500, seed)
+    assert max(sizes) <= 200, "one step up to learn the link at most"
+    assert sizes.count(100) >= 0.75 * len(sizes), "back where a batch reaches the next site soonest"
+
+
+def test_a_link_that_gets_long_grows_the_batches_and_one_that_gets_short_shrinks_them() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    run(tuner, LAN, 40)
+    assert run(tuner, LONG, 60)[-1] == 1000
+    assert run(tuner, Destination(round_trip=0.0005, bandwidth=110e6, per_file=0.005), 200)[-1] < 1000
+
+
+def test_failed_calls_halve_the_batches_down_to_the_least() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    run(tuner, LONG, 40)
+    assert tuner.batch_size == 1000
+    tuner.observe(30.0, 0, 1000, failed=True)
+    assert tuner.batch_size == 500
+    assert tuner.last is not None and "failed" in tuner.last.reason
+    for _ in range(5):
+        tuner.observe(30.0, 0, 1000, failed=True)
+    assert tuner.batch_size == 100
+
+
+def test_batches_never_grow_past_the_operators_limit_nor_change_when_it_is_the_batch_size() -> None:
+    capped = TransferTuner("rsync://archive/data", least=100, most=300)
+    assert max(run(capped, LONG, 40)) == 300
+    fixed = TransferTuner("rsync://archive/data", least=100, most=100, enabled=False)
+    assert set(run(fixed, LONG, 40)) == {100}
+    assert fixed.last is None
