@@ -27,7 +27,9 @@ always``), rsync daemon, ``dataq push`` and ``dataq pop`` (``--concurrency``). M
   the ratio is the chain's time over dataq's (goal: >= 1.0).
 
 Run it: ``.venv/bin/python bench/cascade.py [--files 2000] [--rounds 3] [--ids 1000000]``, or
-``.venv/bin/python bench/cascade.py --versus-rsync --files 5000 --size 20000 [--link 75ms --mbit 400]``
+``.venv/bin/python bench/cascade.py --versus-rsync --files 5000 --size 20000 [--link 75ms --mbit 400]``; ``--move
+KEY=VALUE`` sets an option of every site's ``network_move`` (``--move max_batch_size=100``: batches that keep
+their size, as before the transfer tuner)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -77,9 +80,12 @@ async def counter(store: QueueStore, name: str) -> int:
 
 
 async def one_flow(root: Path, files: int, size: int, concurrency: int | None, custody: bool,
-                   link: tuple[float, float | None] | None = None) -> tuple[float, float | None]:
-    """Seconds until the archive has done every record, and (with custody) until every source is deleted."""
+                   link: tuple[float, float | None] | None = None,
+                   extra: dict[str, object] | None = None) -> tuple[float, float | None]:
+    """Seconds until the archive has done every record, and (with custody) until every source is deleted;
+    ``extra``: more options of every site's ``network_move``."""
     move: dict[str, object] = {} if custody else {"custody": False, "remove_source": True}
+    move.update(extra or {})
     chain = Cascade(root, ["mountain", "valley", "archive"], move=move,
                     pop={} if concurrency is None else {"concurrency": concurrency}, link=link)
     records = make_files(root / "data", files, size)
@@ -155,6 +161,12 @@ def rsync_chain(root: Path, files: int, size: int, link: tuple[float, float | No
         return time.perf_counter() - started
 
 
+def move_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` with a TOML value: ``max_batch_size=100``."""
+    key, _, value = text.partition("=")
+    return key, tomllib.loads(f"v = {value}")["v"]
+
+
 def parse_link(delay: str | None, mbit: float | None) -> tuple[float, float | None] | None:
     """``75ms`` (or seconds) and megabits per second as a link's settings; None: loopback as it is."""
     if delay is None:
@@ -172,7 +184,8 @@ async def versus_rsync(args: argparse.Namespace) -> list[str]:
             root = Path(tempfile.mkdtemp(prefix="dataq-cascade-"))
             try:
                 if which == "dataq":
-                    ours.append((await one_flow(root, args.files, args.size, args.concurrency, True, link))[0])
+                    ours.append((await one_flow(root, args.files, args.size, args.concurrency, True, link,
+                                                dict(args.move)))[0])
                 else:
                     chain.append(await asyncio.to_thread(rsync_chain, root, args.files, args.size, link))
             finally:
@@ -287,6 +300,8 @@ async def main() -> None:
     parser.add_argument("--versus-rsync", action="store_true", help="against the bulk rsync chain (see above)")
     parser.add_argument("--link", default=None, help="one-way delay of each hop, e.g. 75ms (--versus-rsync)")
     parser.add_argument("--mbit", type=float, default=None, help="each hop's bandwidth, Mbit/s (--versus-rsync)")
+    parser.add_argument("--move", type=move_option, action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of every site's network_move, its value in TOML (--versus-rsync; repeatable)")
     parser.add_argument("--ids", type=int, default=1_000_000, help="remembered ids for the memory figure")
     parser.add_argument("--custody", type=int, default=100_000, help="records in custody for its memory figure")
     parser.add_argument("--skip-rates", action="store_true")

@@ -8,8 +8,11 @@ dataq time (1.0: as fast as the tool). Plain tools:
 
 * ``network_move`` (verify on, layout ``{name}``) to an ``rsync --daemon`` on loopback: one
   ``rsync -a --checksum SRC/ rsync://.../module/plain/`` of the same directory;
-* ``disk_store`` (verify on, default layout) into a directory of the same filesystem: ``cp -r SRC DEST``
-  then ``sync``.
+* ``disk_store`` (verify on, default layout) into a directory of the same filesystem: the same job by hand
+  (:func:`verified_copy`): ``cp -r SRC DEST``, ``sync``, the copies' cached pages dropped
+  (``posix_fadvise(DONTNEED)``, each copy's own pages only), then ``md5sum -c`` of every copy against the
+  records' checksums, split over every CPU. ``cp -r`` and ``sync`` alone check nothing (``--plain-copy`` times
+  them alone, as the rows of before 2026-11-29 did).
 
 Rounds alternate which goes first, each after a ``sync`` and after twice the bytes it will write were written to
 a file and deleted (:func:`recycle_pages`: this VM's host backs guest memory on first touch, which made the
@@ -74,6 +77,8 @@ POP_CONCURRENCY = 256
 
 S = TypeVar("S", bound="Scenario")
 RSYNCD = {"nodelay": False, "max_connections": 0}
+BASELINE = {"plain_copy": False}
+"""``plain_copy``: ``disk_store``'s plain tool is ``cp -r`` and ``sync`` alone (:func:`verified_copy`)."""
 """How the benches' rsync daemon is configured (``--rsyncd-nodelay``, ``--rsyncd-max-connections``)."""
 
 
@@ -132,6 +137,35 @@ def make_files(directory: Path, count: int, size: int) -> list[Record]:
         path.write_bytes(data)
         records.append(Record(path=str(path), checksum=hashlib.md5(data).hexdigest(), size=size, pushed_at=PUSHED_AT))
     return records
+
+
+def verified_copy(source: Path, copy: Path, records: list[Record], *, check: bool = True) -> float:
+    """Seconds of ``disk_store``'s job done by hand (see the module's docstring); ``check=False``: ``cp -r`` and
+    ``sync`` alone. The ``md5sum -c`` lists are written before the clock runs (an operator has the checksums, as
+    dataq has its records')."""
+    cpus = os.cpu_count() or 1
+    lists = [copy.parent / f".by-hand-{n}.md5" for n in range(cpus)]
+    for n, listing in enumerate(lists):
+        listing.write_text("".join(f"{record.checksum}  {copy / Path(record.path).name}\n"
+                                   for record in records[n::cpus]))
+    started = time.perf_counter()
+    subprocess.run(["cp", "-r", str(source), str(copy)], check=True)
+    subprocess.run(["sync"], check=True)
+    if check:
+        for record in records:
+            descriptor = os.open(copy / Path(record.path).name, os.O_RDONLY)
+            try:
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(descriptor)
+        checks = [subprocess.Popen(["md5sum", "-c", "--quiet", str(listing)], stdout=subprocess.DEVNULL)
+                  for listing in lists]
+        if any(process.wait() != 0 for process in checks):
+            raise SystemExit(f"md5sum -c found a copy under {copy} that is not its record's data")
+    seconds = time.perf_counter() - started
+    for listing in lists:
+        listing.unlink()
+    return seconds
 
 
 def timed(*commands: list[str]) -> float:
@@ -217,7 +251,7 @@ async def one_round(scenario: Scenario, work: Path, url: str, concurrency: int, 
         (work / "store").mkdir()
 
         def tool() -> float:
-            return timed(["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"])
+            return verified_copy(work / "src", work / "copy", records, check=not BASELINE["plain_copy"])
 
         async def dataq() -> float:
             return await through_dataq(url, work, queue, "disk_store", {"root": str(work / "store")}, records,
@@ -282,12 +316,15 @@ async def main() -> None:
     parser.add_argument("--checksum", metavar="ALGO", help="with --whole: checksum = ALGO in the queue's table")
     parser.add_argument("--source-check", choices=("read",),
                         help="with --whole: source_check = \"read\" in the queue's table (every source hashed again)")
+    parser.add_argument("--plain-copy", action="store_true",
+                        help="disk_store's baseline: cp -r and sync alone, checking nothing (before 2026-11-29)")
     parser.add_argument("--rsyncd-nodelay", action="store_true",
                         help="the rsync daemon with `socket options = TCP_NODELAY` (docs/actions.md advises it)")
     parser.add_argument("--rsyncd-max-connections", type=int, default=0, metavar="N",
                         help="the rsync daemon's module with `max connections = N` (default 0: unlimited)")
     args = parser.parse_args()
     RSYNCD.update(nodelay=args.rsyncd_nodelay, max_connections=args.rsyncd_max_connections)
+    BASELINE["plain_copy"] = args.plain_copy
     if args.quick:
         args.rounds, args.small, args.large = 1, 300, 4
     actions = [args.only] if args.only else ["network_move", "disk_store"]
@@ -316,7 +353,7 @@ async def main() -> None:
         print(scenario.row())
     print()
     print("rerun: .venv/bin/python bench/move.py [--quick] [--only network_move|disk_store] [--rounds N] "
-          "[--concurrency N]; the whole path: --whole")
+          "[--concurrency N] [--small N] [--plain-copy]; the whole path: --whole")
 
 
 if __name__ == "__main__":

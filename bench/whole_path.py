@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.e2e import spawn, stop_all
 from bench.lsyncd import tree_cpu
 from bench.move import (
+    BASELINE,
     LARGE_BYTES,
     LOOPBACK,
     SMALL_BYTES,
@@ -56,6 +57,7 @@ from bench.move import (
     make_files,
     rsync_daemon,
     timed,
+    verified_copy,
     version_of_rsync,
 )
 from bench.pop import POLL, RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
@@ -71,9 +73,11 @@ from testbed.settings_file import write_tables
 DEFAULT_CONCURRENCY = PopSettings().concurrency
 QUEUE_KEYS: dict[str, str] = {}
 """More keys of the queue's table (``--source-check read``)."""
-TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon", "disk_store": "`cp -r` + `sync`"}
+TOOLS = {"network_move": "one `rsync -a --checksum` to an rsync daemon",
+         "disk_store": "by hand: `cp -r`, `sync`, the copies' cached pages dropped, `md5sum -c` on every CPU"}
+PLAIN_COPY = "`cp -r` + `sync` (checking nothing)"
 RERUN = ".venv/bin/python bench/move.py --whole [--only network_move|disk_store] [--rounds N] [--concurrency N] " \
-        "[--checksum ALGO] [--rsyncd-nodelay] [--rsyncd-max-connections N] [--source-check read]"
+        "[--checksum ALGO] [--rsyncd-nodelay] [--rsyncd-max-connections N] [--source-check read] [--plain-copy]"
 MARKS = {"first pushed": ("pushed", 1), "all pushed": ("pushed", 0), "first done": ("done", 1)}
 """Moments of a run: a queue counter and the count it reaches then (0: every record)."""
 
@@ -253,16 +257,20 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
     if scenario.action == "network_move":
         daemon = rsync_daemon(work)
         daemon.start()
-        tool = ["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")]
+        plain = ["rsync", "-a", "--checksum", f"{work / 'src'}/", daemon.url("m", "plain")]
         destinations = {name: work / "module" / name for name, *_ in variants}
         options = {name: {"destination": daemon.url("m", name)} for name in destinations}
-        tools = [tool]
+
+        def tool() -> float:
+            return timed(plain)
     else:
         destinations = {name: work / name for name, *_ in variants}
         for where in destinations.values():
             where.mkdir()
         options = {name: {"root": str(where)} for name, where in destinations.items()}
-        tools = [["cp", "-r", str(work / "src"), str(work / "copy")], ["sync"]]
+
+        def tool() -> float:
+            return verified_copy(work / "src", work / "copy", records, check=not BASELINE["plain_copy"])
 
     def run(name: str, concurrency: int | None, log: RunLog) -> Callable[[], Awaitable[float]]:
         queue = f"{scenario.action}{round_no}{scenario.size}{name.replace('-', '')}"
@@ -271,7 +279,7 @@ async def whole_round(scenario: WholeScenario, work: Path, url: str, round_no: i
                                           daemon.process.pid if daemon and daemon.process else None)
 
     try:
-        await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(timed, *tools)),
+        await in_turn(round_no, [(scenario.tool, lambda: asyncio.to_thread(tool)),
                                  *((times, run(name, concurrency, log)) for name, concurrency, times, log in variants)],
                       (work, scenario.count * scenario.size))
     finally:
@@ -304,7 +312,8 @@ async def run_whole(args: argparse.Namespace, actions: list[str]) -> None:
           + (f"; checksum {args.checksum}" if args.checksum else "")
           + (f"; source_check {args.source_check}" if args.source_check else "")
           + f"; {os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
-    print(f"plain tools: {'; '.join(f'{action}: {TOOLS[action]}' for action in actions)}"
+    tools = {**TOOLS, **({"disk_store": PLAIN_COPY} if BASELINE["plain_copy"] else {})}
+    print(f"plain tools: {'; '.join(f'{action}: {tools[action]}' for action in actions)}"
           + ("; rsync daemon with socket options = TCP_NODELAY" if args.rsyncd_nodelay else "")
           + (f"; rsync daemon with max connections = {args.rsyncd_max_connections}"
              if args.rsyncd_max_connections else ""))

@@ -112,12 +112,27 @@ class SiteLink:
         self._waiting.append(request)
         self._wake.set()
         if not self.open:
-            self._task = asyncio.create_task(self._serve(), name=f"link to {self.name}")
+            self._start()
         try:
             return await future
         finally:
             if future.cancelled() and request in self._waiting:
                 self._waiting.remove(request)
+
+    def _start(self) -> None:
+        self._task = task = asyncio.create_task(self._serve(), name=f"link to {self.name}")
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        """The connections' task ended: requests that came while it was closing its last connection get a new
+        one; a bug in it fails the requests instead of leaving them waiting."""
+        if task.cancelled():
+            return
+        if (error := task.exception()) is not None:
+            log.error("the link to the next site failed", site=self.name, error=repr(error))
+            self._fail_all(LinkLost(f"{self.name}: the link failed: {error!r}"))
+        elif self._waiting and self._task is task:
+            self._start()
 
     async def close(self) -> None:
         """Drop the connection; requests still waiting fail with LinkLost."""
@@ -229,7 +244,7 @@ class SiteLink:
                     continue
                 try:
                     lines = request.compose(greeting)
-                except DataqError as exc:
+                except Exception as exc:  # refused (the peer does not speak it), or its caller's bug: it alone fails
                     request.future.set_exception(exc)
                     continue
                 request.sent += 1

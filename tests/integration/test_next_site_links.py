@@ -196,3 +196,19 @@ async def test_a_lone_next_site_that_is_away_makes_the_hand_on_an_outage() -> No
         # Within its cool-down it is not tried again, and the reason says so.
         with pytest.raises(Retryable, match="tried again in"):
             await handon(replace(record), record.path)
+
+
+async def test_a_request_that_cannot_be_composed_fails_alone_and_the_link_serves_the_next_one(
+        next_site: RunningPush, next_queue: QueueStore) -> None:
+    site = f"{LOOPBACK}:{next_site.port}"
+    async with hand_on(site) as handon:
+        assert handon.next_sites is not None
+        link = handon.next_sites.link(site)
+
+        def broken(greeting: object) -> bytes:
+            raise ValueError("a bug")
+
+        with pytest.raises(ValueError, match="a bug"):
+            await asyncio.wait_for(link.request(broken, 1), 10)
+        (record,) = records(1)
+        assert await handon(record, record.path) == site
