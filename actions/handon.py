@@ -62,6 +62,7 @@ class HandOn:
         self._forwarder: Forwarder | None = None
         self._sending: asyncio.Task[None] | None = None
         self._stop_sending = asyncio.Event()
+        self._closed = False
 
     async def start(self) -> None:
         """Load the TLS files and open the spool: a mistake in either stops the pop daemon at start-up."""
@@ -104,6 +105,7 @@ class HandOn:
             _, running = await asyncio.wait({self._sending}, timeout=grace + self.timeout)
             await cancel_and_wait(list(running))
         # Each let go of once (a second close does nothing).
+        self._closed = True
         spool, self._spool, next_sites, self.next_sites = self._spool, None, self.next_sites, None
         if spool is not None:
             await spool.close()
@@ -130,12 +132,16 @@ class HandOn:
             await self._keep(record, handed)
             return ""
         # Sent in the form the next site speaks (its handshake), with the other hand-ons of its batch.
-        outcome = await self._offer(handon_line(handed, self.site, self.algorithm))
+        outcome = await self._offer(handon_line(handed, self.site, self.algorithm), handed.checksum)
         if isinstance(outcome, str):
             # Every site unreachable or silent: an outage of the next sites, not a fault of the record.
             raise Retryable(f"no next site took the record: {outcome}",
                             destination=f"next sites {', '.join(self.sites)}")
         site, reply, greeting = outcome
+        if reply.asks_to_resend:
+            # Its writes were not confirmed by enough replicas within ``timeout``: an outage there, not a refusal.
+            raise Retryable(f"next site {site} could not confirm the record in time: {reply.detail}",
+                            destination=f"next sites {', '.join(self.sites)}")
         if reply.kind is ReplyKind.ERROR and self.algorithm != DEFAULT_ALGORITHM \
                 and not greeting.speaks(Capability.ALGORITHM):
             # Such a site knows md5 checksums only: the record must not be taken as one, and was refused.
@@ -150,10 +156,12 @@ class HandOn:
         log.info("handed on", id=record.id, site=site, path=path, reply=str(reply))
         return site
 
-    async def _offer(self, line: str) -> tuple[str, Reply, Greeting] | str:
+    async def _offer(self, line: str, checksum: str) -> tuple[str, Reply, Greeting] | str:
         """One round over the sites: the site that answered (as ``next_sites`` writes it), its reply and what it
         said in the handshake, or why none did. A reply asking to send the record again (a next site whose
         writes too few replicas confirmed) is followed for ``timeout`` seconds."""
+        if self._closed:
+            return "the hand-on is closed (its pop daemon is stopping)"
         if self.next_sites is None:  # run before start(), as a test may: the links without TLS files
             self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
         next_sites = self.next_sites
@@ -163,9 +171,16 @@ class HandOn:
             # In the form the next site speaks (its handshake).
             return data if greeting.full else form_for(data, greeting.capabilities)
 
+        def check(answer: list[bytes]) -> None:
+            # A Pushed or Ignored answer names the record it answers: another's means the connection's answers
+            # are out of step with its records (and it is dropped before any other is taken).
+            reply = parse_reply(answer[0])
+            if reply.ok and reply.detail.lower() != checksum.lower():
+                raise ProtocolError(f"the answer {str(reply)!r} names another record than {checksum}")
+
         deadline = asyncio.get_running_loop().time() + self.timeout
         while True:
-            outcome = await next_sites.offer(compose)
+            outcome = await next_sites.offer(compose, check)
             if isinstance(outcome, str):
                 return outcome
             site, answer, greeting = outcome

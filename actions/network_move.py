@@ -171,7 +171,8 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
         self._connections = Connections(options.destination, options.connections, limit=self._limit_now)
         self._tuner = TransferTuner(options.destination, least=options.batch_size, most=options.max_batch_size,
-                                    enabled=options.max_batch_size > options.batch_size)
+                                    enabled=options.max_batch_size > options.batch_size,
+                                    most_bytes=options.batch_bytes)
 
     async def start(self) -> None:
         # A missing rsync is a set-up mistake to report at start-up, not once per record.

@@ -48,9 +48,9 @@ RSYNC_UNREACHABLE = frozenset({10, 12, 30, 35, 255})
 """Exit statuses that mean the far side could not be reached or went away: socket I/O (a refused connection),
 a broken protocol stream (the peer died), the two timeouts, and ssh's own failure."""
 RSYNC_PROTOCOL_START = 5
-"""Exit status of an rsync whose client-server protocol did not start: a daemon's refusal (an ``@ERROR:`` line,
-a setting to mend) or a connection that closed before any greeting (a relay, a load balancer or a tunnel with no
-daemon behind it now: an outage)."""
+"""Exit status of an rsync whose client-server protocol did not start: a daemon's refusal (an ``@ERROR:`` line),
+another server on the port (settings to mend), or a connection that closed before any greeting (a relay, a load
+balancer or a tunnel with no daemon behind it now: an outage)."""
 RSYNC_PARTIAL = frozenset({23, 24})
 """Exit statuses after which some files of a batch may have arrived: each file is then judged on its own."""
 WORK_PREFIX = "dataq-move-"
@@ -67,8 +67,10 @@ _MKPATH_RACE = re.compile(r'mkdir "[^"\n]*" (?:\(in [^)\n]*\) )?failed: File exi
 """What rsync says when its ``--mkpath`` lost a race: two rsyncs making the same missing directory at once (two
 batches to a new destination), the one that finds it made by the other fails (exit status 11) instead of using
 it. The directory is there then, so the send is run again, once."""
-_DAEMON_ERROR = re.compile(r"^@ERROR", re.MULTILINE)
-"""How an rsync daemon says why it refuses a call."""
+_NO_GREETING = re.compile(r"^rsync: (did not see server greeting|didn't get server startup line)", re.MULTILINE)
+"""How rsync says that the connection to a daemon closed before any greeting: not a daemon's refusal (an
+``@ERROR:`` line), nor another server on the port (``server sent "SSH-2.0..." rather than greeting``), both
+settings to mend."""
 _AT_CAP = re.compile(r"^@ERROR: max connections \(\d+\) reached", re.MULTILINE)
 """How an rsync daemon refuses a connection past a module's ``max connections``."""
 _ESCAPED = re.compile(rb"\\#([0-7]{3})")
@@ -123,8 +125,8 @@ class Completed:
     @property
     def unreachable(self) -> bool:
         """The far side could not be reached or could not take files for now (an outage, not a fault)."""
-        if self.status == RSYNC_PROTOCOL_START and _DAEMON_ERROR.search(self.stderr) is None:
-            return True  # no daemon spoke: nothing that answers is there
+        if self.status == RSYNC_PROTOCOL_START and _NO_GREETING.search(self.stderr) is not None:
+            return True  # the connection closed before anything spoke: nothing that answers is there
         return self.status in RSYNC_UNREACHABLE or any(sign in self.stderr for sign in RSYNC_BUSY_OR_FULL)
 
     def failure(self, what: str, destination: str, name: str | None = None) -> ActionError:

@@ -103,12 +103,18 @@ def _bucket(records: int) -> int:
 class TransferTuner:
     """The batch size of one destination's rsync calls (see the module's docstring)."""
 
-    def __init__(self, destination: str, *, least: int, most: int, enabled: bool = True) -> None:
+    def __init__(self, destination: str, *, least: int, most: int, enabled: bool = True,
+                 most_bytes: int | None = None) -> None:
+        """``most_bytes``: the bytes at which a batch is cut anyway (``batch_bytes``): batches never grow past
+        the records that fit in it, which they could not fill."""
         self.destination, self.least, self.most, self.enabled = destination, least, max(least, most), enabled
+        self.most_bytes = most_bytes
         self.batch_size = least
         self._calls: dict[int, deque[tuple[int, float, int]]] = {}
         """Observations by batch size: their number, seconds and bytes."""
         self._count = 0
+        self._bytes_per_record = 0
+        """Of the last batch observed."""
         self._since_step = 0
         self.last: Decision | None = None
         self.last_fit: Fit | None = None
@@ -123,9 +129,12 @@ class TransferTuner:
                 return self._step(max(self.least, self.batch_size // 2),
                                   "a call to the destination failed: smaller batches until calls go through")
             return None
+        if size <= 0 or records <= 0:
+            return None  # empty files: their calls say nothing of the link's rate
         self._count += 1
         bucket = _bucket(records)
         self._calls.setdefault(bucket, deque(maxlen=WINDOW)).append((self._count, seconds, size))
+        self._bytes_per_record = size // records
         if bucket != _bucket(self.batch_size):
             return None
         self._since_step += 1
@@ -158,7 +167,12 @@ class TransferTuner:
                               f"{measured}: smaller batches reach the next site sooner")
         return None
 
-    def _step(self, batch_size: int, reason: str) -> Decision:
+    def _step(self, batch_size: int, reason: str) -> Decision | None:
+        if self.most_bytes is not None and batch_size > self.batch_size and self.last_fit is not None:
+            per_record = max(1, self._bytes_per_record)
+            batch_size = min(batch_size, max(self.least, self.most_bytes // per_record))
+            if batch_size <= self.batch_size:
+                return None  # batches are cut by their bytes before they could hold more
         before, self.batch_size = self.batch_size, batch_size
         self._since_step = 0
         decision = self.last = Decision(batch_size, reason, time.time())

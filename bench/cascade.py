@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -79,11 +80,30 @@ async def counter(store: QueueStore, name: str) -> int:
     return (await store.summary()).counters.get(name, 0)
 
 
+def cpu_seconds(root: Path, redis_ports: list[int]) -> dict[int, float]:
+    """CPU seconds so far (their reaped children's included) of every process of a flow: those whose command line
+    names ``root`` (daemons, rsync daemons, links) and the sites' redis-servers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    marks = [str(root), *(f"127.0.0.1:{port}" for port in redis_ports)]
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if any(mark in command for mark in marks):
+            found[int(pid)] = sum(int(value) for value in fields[11:15]) / tick
+    return found
+
+
 async def one_flow(root: Path, files: int, size: int, concurrency: int | None, custody: bool,
                    link: tuple[float, float | None] | None = None,
-                   extra: dict[str, object] | None = None) -> tuple[float, float | None]:
+                   extra: dict[str, object] | None = None,
+                   cpu: list[float] | None = None) -> tuple[float, float | None]:
     """Seconds until the archive has done every record, and (with custody) until every source is deleted;
-    ``extra``: more options of every site's ``network_move``."""
+    ``extra``: more options of every site's ``network_move``; ``cpu`` gets the CPU seconds every process of the
+    three sites spent from the first line fed to the archive's last done."""
     move: dict[str, object] = {} if custody else {"custody": False, "remove_source": True}
     move.update(extra or {})
     chain = Cascade(root, ["mountain", "valley", "archive"], move=move,
@@ -93,6 +113,8 @@ async def one_flow(root: Path, files: int, size: int, concurrency: int | None, c
     archive = chain.last.store()
     try:
         await asyncio.sleep(2.0)  # daemons up: their start is not the flow's
+        ports = [int(site.redis.url.rsplit(":", 1)[1].split("/")[0]) for site in chain.sites]
+        before = cpu_seconds(root, ports)
         start = time.perf_counter()
         result = await Feeder(LOOPBACK, chain.first.port, window=files + 1, retry_for=30.0).feed(records)
         assert result.pushed == files, result.summary()
@@ -104,6 +126,9 @@ async def one_flow(root: Path, files: int, size: int, concurrency: int | None, c
 
         await eventually(archived_all, FLOW_TIMEOUT, what="every record done at the archive")
         archived = time.perf_counter() - start
+        if cpu is not None:
+            after = cpu_seconds(root, ports)
+            cpu.append(sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items()))
         if not custody:
             return archived, None
         await eventually(sources_gone, FLOW_TIMEOUT, what="every receipt back")
@@ -143,8 +168,11 @@ async def rates(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def rsync_chain(root: Path, files: int, size: int, link: tuple[float, float | None] | None) -> float:
-    """Seconds for one bulk ``rsync -a --checksum`` mountain → valley, then one valley → archive."""
+def rsync_chain(root: Path, files: int, size: int, link: tuple[float, float | None] | None,
+                cpu: list[float] | None = None) -> float:
+    """Seconds for one bulk ``rsync -a --checksum`` mountain → valley, then one valley → archive; ``cpu`` gets
+    the CPU seconds of its rsyncs (clients and daemons) and links."""
+    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     make_files(root / "mountain", files, size)
     hops = [root / "valley", root / "archive"]
     with contextlib.ExitStack() as stack:
@@ -158,7 +186,11 @@ def rsync_chain(root: Path, files: int, size: int, link: tuple[float, float | No
         started = time.perf_counter()
         for source, url in zip([root / "mountain", hops[0]], urls, strict=True):
             subprocess.run(["rsync", "-a", "--checksum", f"{source}/", url], check=True)
-        return time.perf_counter() - started
+        seconds = time.perf_counter() - started
+    if cpu is not None:  # the daemons and links are reaped by now: their time counts
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(used.ru_utime + used.ru_stime - used_before.ru_utime - used_before.ru_stime)
+    return seconds
 
 
 def move_option(text: str) -> tuple[str, object]:
@@ -179,18 +211,21 @@ async def versus_rsync(args: argparse.Namespace) -> list[str]:
     link = parse_link(args.link, args.mbit)
     ours: list[float] = []
     chain: list[float] = []
+    ours_cpu: list[float] = []
+    chain_cpu: list[float] = []
     for round_ in range(args.rounds):
         for which in (("dataq", "rsync") if round_ % 2 == 0 else ("rsync", "dataq")):
             root = Path(tempfile.mkdtemp(prefix="dataq-cascade-"))
             try:
                 if which == "dataq":
                     ours.append((await one_flow(root, args.files, args.size, args.concurrency, True, link,
-                                                dict(args.move)))[0])
+                                                dict(args.move), ours_cpu))[0])
                 else:
-                    chain.append(await asyncio.to_thread(rsync_chain, root, args.files, args.size, link))
+                    chain.append(await asyncio.to_thread(rsync_chain, root, args.files, args.size, link, chain_cpu))
             finally:
                 shutil.rmtree(root, ignore_errors=True)
-        print(f"round {round_ + 1}: dataq {ours[-1]:.2f} s, rsync chain {chain[-1]:.2f} s", file=sys.stderr)
+        print(f"round {round_ + 1}: dataq {ours[-1]:.2f} s ({ours_cpu[-1]:.2f} CPU s), rsync chain {chain[-1]:.2f} s "
+              f"({chain_cpu[-1]:.2f} CPU s)", file=sys.stderr)
     where = "loopback" if link is None else f"{link[0] * 1000:g} ms each way" + (
         f", {link[1]:g} Mbit/s" if link[1] is not None else "")
     dataq, rsync = statistics.median(ours), statistics.median(chain)
@@ -200,6 +235,8 @@ async def versus_rsync(args: argparse.Namespace) -> list[str]:
         f"| rsync chain (`rsync -a --checksum` mountain → valley, then valley → archive) | {rsync:.2f} |",
         f"| dataq, first line fed to the archive's last done ({args.files / dataq:,.0f} files/s) | {dataq:.2f} |",
         f"| ratio, the chain's time over dataq's (goal ≥ 1.0) | **{rsync / dataq:.2f}** |",
+        f"| CPU seconds of every process: rsync chain / dataq's three sites (medians; {os.cpu_count()} CPUs) | "
+        f"{statistics.median(chain_cpu):.2f} / {statistics.median(ours_cpu):.2f} |",
     ]
 
 

@@ -49,6 +49,9 @@ RESENDS = 1
 
 Compose = Callable[[Greeting], bytes]
 """Builds a request's lines (each with its newline) in the form the peer speaks; raises DataqError to refuse it."""
+Check = Callable[[list[bytes]], None]
+"""Raises ProtocolError if a request's answer lines are not about what it asked (the connection's answers are
+then out of step with its requests: it is dropped, and nothing more is read from it)."""
 
 log = get_logger()
 
@@ -64,6 +67,7 @@ class Request:
     compose: Compose
     answers: int
     future: asyncio.Future[tuple[list[bytes], Greeting]]
+    check: Check | None = None
     got: list[bytes] = field(default_factory=list)
     sent: int = 0
     """Times it was written."""
@@ -88,6 +92,8 @@ class SiteLink:
         """Connections made so far (each greeted once)."""
         self._answered = False
         """The current connection has answered a request."""
+        self._silence: asyncio.Timeout | None = None
+        """The deadline of the read under way (None: nothing was due when it began, and nothing written since)."""
         self.last_error: str | None = None
         """Why the last connection could not be made or was dropped (None: the last one worked)."""
         self.failed_at: float | None = None
@@ -103,12 +109,13 @@ class SiteLink:
     def open(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def request(self, compose: Compose, answers: int) -> tuple[list[bytes], Greeting]:
+    async def request(self, compose: Compose, answers: int,
+                      check: Check | None = None) -> tuple[list[bytes], Greeting]:
         """Send the lines ``compose`` makes and wait for their ``answers`` answer lines; the peer's greeting
         comes with them. LinkLost if the connection fails first, ProtocolError if the peer breaks the protocol,
         what ``compose`` raises. Cancelling the caller leaves its answers to be read and dropped."""
         future: asyncio.Future[tuple[list[bytes], Greeting]] = asyncio.get_running_loop().create_future()
-        request = Request(compose, answers, future)
+        request = Request(compose, answers, future, check)
         self._waiting.append(request)
         self._wake.set()
         if not self.open:
@@ -179,8 +186,9 @@ class SiteLink:
         except TimeoutError:
             raise self._down(f"cannot connect: no connection within {self.timeout:g} s") from None
         except (OSError, ssl.SSLError) as exc:
-            raise_if_tls_refused(exc, host, port)
-            raise self._down(f"cannot connect: {exc}") from exc
+            lost = self._down(f"cannot connect: {exc}")
+            raise_if_tls_refused(exc, host, port)  # a certificate refused: said as the error it is
+            raise lost from exc
         try:
             async with asyncio.timeout_at(deadline):
                 greeting = await greet(reader, writer, None)
@@ -191,8 +199,9 @@ class SiteLink:
             if isinstance(exc, ProtocolError):
                 raise self._down(str(exc)) from exc
             if isinstance(exc, (OSError, ssl.SSLError, asyncio.IncompleteReadError)):
+                lost = self._down(f"connection lost during the handshake: {exc}")
                 raise_if_tls_refused(exc, host, port)
-                raise self._down(f"connection lost during the handshake: {exc}") from exc
+                raise lost from exc
             raise
         self.peer.learned(greeting)
         self.connections += 1
@@ -253,6 +262,9 @@ class SiteLink:
                 self._awaited += request.answers - len(request.got)
             if chunks:
                 writer.write(b"".join(chunks))
+                silence = self._silence
+                if silence is not None and silence.when() is None:
+                    silence.reschedule(asyncio.get_running_loop().time() + self.timeout)
                 await writer.drain()
 
     async def _receive(self, reader: asyncio.StreamReader, greeting: Greeting) -> None:
@@ -260,11 +272,17 @@ class SiteLink:
         in_flight = self._in_flight
         while True:
             try:
-                # Silent for ``timeout`` with answers due: the peer sits on them (or the link is gone).
-                async with asyncio.timeout(self.timeout if in_flight else None):
+                # Silent for ``timeout`` with answers due: the peer sits on them (or the link is gone). A read
+                # that began with nothing due is given its deadline by the write that follows (:meth:`_send`).
+                async with asyncio.timeout(None) as silence:
+                    self._silence = silence
+                    if in_flight:
+                        silence.reschedule(asyncio.get_running_loop().time() + self.timeout)
                     data = await reader.read(READ_BYTES)
             except TimeoutError:
                 raise LinkLost(f"no answer within {self.timeout:g} s") from None
+            finally:
+                self._silence = None  # a finished deadline cannot be moved
             if not data:
                 raise LinkLost("the connection closed")
             for line in framer.feed(data):
@@ -276,6 +294,8 @@ class SiteLink:
                 request.got.append(line)
                 self._awaited -= 1
                 if len(request.got) == request.answers:
+                    if request.check is not None:
+                        request.check(request.got)  # ProtocolError: out of step, the connection is dropped
                     in_flight.popleft()
                     self._answered = True
                     if not request.future.done():

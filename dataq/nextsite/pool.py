@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 from dataq.addresses import host_port_text
 from dataq.config.feed_settings import parse_target
-from dataq.errors import ProtocolError
+from dataq.errors import DataqError
 from dataq.handshake import Greeting, PeerBook
 
-from .link import Compose, LinkLost, SiteLink
+from .link import Check, Compose, LinkLost, SiteLink
 
 COOL_DOWN = 0.5
 """Seconds a next site that could not be reached is skipped by hand-ons after its first failure."""
@@ -42,9 +42,9 @@ class NextSites:
     def link(self, site: str) -> SiteLink:
         return self._links[site]
 
-    async def offer(self, compose: Compose) -> tuple[str, bytes, Greeting] | str:
-        """One round over the sites, in order: the site that answered the request (one answer line), the answer
-        and what the site said in its handshake; or why none did."""
+    async def offer(self, compose: Compose, check: Check | None = None) -> tuple[str, bytes, Greeting] | str:
+        """One round over the sites, in order: the site that answered the request (one answer line, which
+        ``check`` passed), the answer and what the site said in its handshake; or why none did."""
         reasons = []
         for site in self.sites:
             link = self._links[site]
@@ -54,20 +54,21 @@ class NextSites:
                 continue
             try:
                 async with asyncio.timeout(2 * self.timeout):
-                    (answer,), greeting = await link.request(compose, 1)
+                    (answer,), greeting = await link.request(compose, 1, check)
             except TimeoutError:
                 reasons.append(f"{site}: no answer within {2 * self.timeout:g} s")
                 continue
             except LinkLost as exc:
                 reasons.append(str(exc))
                 continue
-            except ProtocolError as exc:  # it does not speak the push protocol as it should: the next one
+            except DataqError as exc:  # a certificate refused, or a peer breaking the protocol: the next one
                 reasons.append(f"{site}: {exc}")
                 continue
             return site, answer, greeting
         return "; ".join(reasons)
 
-    async def ask(self, site: str, compose: Compose, answers: int, within: float) -> list[bytes]:
+    async def ask(self, site: str, compose: Compose, answers: int, within: float,
+                  check: Check | None = None) -> list[bytes]:
         """``site``'s ``answers`` answer lines to the lines ``compose`` makes. LinkLost if it cannot be reached
         or does not answer within ``within`` seconds; what ``compose`` raises."""
         link = self._links[site]
@@ -75,7 +76,7 @@ class NextSites:
             raise LinkLost(f"{site}: {link.last_error}")
         try:
             async with asyncio.timeout(within):
-                lines, _ = await link.request(compose, answers)
+                lines, _ = await link.request(compose, answers, check)
         except TimeoutError:
             raise LinkLost(f"{site} did not answer within {within:g} s") from None
         return lines
@@ -86,7 +87,7 @@ class NextSites:
         failures, failed_at = link.failed_connects, link.failed_at
         if not failures or failed_at is None:
             return None
-        left = failed_at + min(COOL_DOWN_CAP, COOL_DOWN * 2 ** (failures - 1)) - self._clock()
+        left = failed_at + min(COOL_DOWN_CAP, COOL_DOWN * 2 ** min(failures - 1, 16)) - self._clock()
         return left if left > 0 else None
 
     def status(self) -> dict[str, dict[str, object]]:

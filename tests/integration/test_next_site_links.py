@@ -15,9 +15,10 @@ import pytest
 from dataq.actions.handon import HandOn
 from dataq.custody.client import ask_over
 from dataq.custody.receipts import ReceiptKind
-from dataq.errors import ActionError, Retryable
-from dataq.handshake import hello_line, is_hello
-from dataq.record import Record
+from dataq.errors import NOT_REPLICATED_PREFIX, ActionError, Retryable
+from dataq.handshake import PeerBook, hello_line, is_hello
+from dataq.nextsite import LinkLost, SiteLink
+from dataq.record import Record, handon_line
 from dataq.store import QueueList, QueueStore
 from tests.actions_support import peer_server
 from tests.push_support import QUEUE, RunningPush, push_settings, start_push
@@ -212,3 +213,40 @@ async def test_a_request_that_cannot_be_composed_fails_alone_and_the_link_serves
             await asyncio.wait_for(link.request(broken, 1), 10)
         (record,) = records(1)
         assert await handon(record, record.path) == site
+
+
+async def test_a_peer_that_falls_silent_after_a_quiet_spell_is_left_within_its_timeout() -> None:
+    def answer(n: int, line: bytes) -> bytes:
+        return f"Pushed ID={checksum_of(line)}\n".encode() if n == 0 else b""  # then nothing, ever
+
+    async with scripted(answer) as (_, site):
+        host, port = site.split(":")
+        link = SiteLink(host, int(port), tls=None, timeout=0.5, peer=PeerBook()[site])
+        first, second = records(2)
+        await link.request(lambda greeting: (handon_line(first, "mountain") + "\n").encode(), 1)
+        await asyncio.sleep(0.2)  # nothing in flight: the next read begins without a deadline
+        with pytest.raises(LinkLost, match=r"no answer within 0\.5 s"):
+            await asyncio.wait_for(link.request(lambda greeting: (handon_line(second, "mountain") + "\n").encode(),
+                                                1), 10)
+        await link.close()
+
+
+async def test_an_answer_naming_another_record_is_never_taken_for_the_hand_on() -> None:
+    def answer(n: int, line: bytes) -> bytes:
+        return b"Pushed ID=" + b"0" * 32 + b"\n"
+
+    async with scripted(answer) as (_, site), hand_on(site) as handon:
+        (record,) = records(1)
+        with pytest.raises(Retryable, match="names another record"):
+            await handon(record, record.path)
+
+
+async def test_a_next_site_that_cannot_confirm_its_replicas_in_time_is_an_outage_not_a_refusal() -> None:
+    def answer(n: int, line: bytes) -> bytes:
+        return f"Error: {NOT_REPLICATED_PREFIX}1 replica(s) within 1 s\n".encode()
+
+    async with scripted(answer) as (peer, site), hand_on(site, timeout=0.3) as handon:
+        (record,) = records(1)
+        with pytest.raises(Retryable, match="could not confirm the record in time"):
+            await handon(record, record.path)
+    assert peer.lines > 1, "sent again while the next site asked for it"

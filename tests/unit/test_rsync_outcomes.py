@@ -25,5 +25,12 @@ def test_a_daemon_that_refuses_the_call_is_a_fault_to_mend() -> None:
     assert not isinstance(failure, Retryable) and "Unknown module 'incomming'" in str(failure)
 
 
+def test_another_server_on_the_port_is_a_fault_to_mend() -> None:
+    # rsync://host:22/module: ssh answers, not an rsync daemon.
+    done = Completed(5, "", 'rsync: server sent "SSH-2.0-OpenSSH_9.2p1 Debian-2" rather than greeting\n'
+                            "rsync error: error starting client-server protocol (code 5) at main.c(1965)\n")
+    assert not done.unreachable
+
+
 def test_a_daemon_at_its_connection_cap_is_an_outage_as_before() -> None:
     assert Completed(5, "", "@ERROR: max connections (4) reached -- try again later\n").unreachable

@@ -91,3 +91,21 @@ def test_batches_never_grow_past_the_operators_limit_nor_change_when_it_is_the_b
     fixed = TransferTuner("rsync://archive/data", least=100, most=100, enabled=False)
     assert set(run(fixed, LONG, 40)) == {100}
     assert fixed.last is None
+
+
+def test_batches_never_grow_past_what_their_bytes_let_them_hold() -> None:
+    # Files of 500 KB, batches cut at 64 MiB: at most 134 of them fit, whatever the link would want.
+    tuner = TransferTuner("rsync://archive/data", least=20, most=1000, most_bytes=64 << 20)
+    rng = random.Random(1)
+    for _ in range(40):
+        files = tuner.batch_size
+        size = files * 500_000
+        tuner.observe((7 * 0.15 + size / (50e6 / 4)) * rng.uniform(0.95, 1.05), size, files)
+    assert 20 < tuner.batch_size <= (64 << 20) // 500_000
+
+
+def test_calls_of_empty_files_say_nothing_of_the_link() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    for _ in range(10):
+        assert tuner.observe(1.2, 0, 100) is None
+    assert tuner.batch_size == 100 and tuner.last_fit is None
