@@ -93,7 +93,8 @@ class SiteLink:
         self._answered = False
         """The current connection has answered a request."""
         self._silence: asyncio.Timeout | None = None
-        """The deadline of the read under way (None: nothing was due when it began, and nothing written since)."""
+        """The deadline of the read under way (None: no read under way). It has no time set while nothing was due
+        when the read began and nothing has been written since; the next write sets it."""
         self.last_error: str | None = None
         """Why the last connection could not be made or was dropped (None: the last one worked)."""
         self.failed_at: float | None = None
