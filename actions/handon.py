@@ -74,11 +74,15 @@ class HandOn:
                 self._spool = await Spool(self.spool_dir).open()
         except DataqError as exc:
             raise ActionError(f"network_move: {exc}") from exc
-        self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
+        self._open_links()
         if self._spool is not None:
             self._forwarder = self._new_forwarder(self._spool)
             self._sending = asyncio.create_task(self._send(self._spool), name="hand-on sender")
             self._sending.add_done_callback(_report_sender_end)
+
+    def _open_links(self) -> NextSites:
+        self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
+        return self.next_sites
 
     def _new_forwarder(self, spool: Spool) -> Forwarder:
         return Forwarder(spool, [parse_site(site) for site in self.sites], tls=self._tls, timeout=self.timeout,
@@ -162,9 +166,7 @@ class HandOn:
         writes too few replicas confirmed) is followed for ``timeout`` seconds."""
         if self._closed:
             return "the hand-on is closed (its pop daemon is stopping)"
-        if self.next_sites is None:  # run before start(), as a test may: the links without TLS files
-            self.next_sites = NextSites(self.sites, tls=self._tls, timeout=self.timeout, peers=self.peers)
-        next_sites = self.next_sites
+        next_sites = self.next_sites or self._open_links()  # run before start(), as a test may: no TLS files
         data = (line + "\n").encode("utf-8", "surrogateescape")
 
         def compose(greeting: Greeting) -> bytes:

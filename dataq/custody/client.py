@@ -62,10 +62,14 @@ async def ask_over(next_sites: NextSites, target: str, ids: Sequence[str], *, si
         return b"".join(query_line(list(ids[start:start + IDS_PER_LINE]), site, RECEIPTS_KEY)
                         for start in range(0, len(ids), IDS_PER_LINE))
 
-    def check(lines: list[bytes]) -> None:
-        _receipts(ids, lines)  # ProtocolError: answers about other ids, out of step with the questions
+    read: list[list[Receipt]] = []
 
-    return _receipts(ids, await next_sites.ask(target, compose, len(ids), within, check))
+    def check(lines: list[bytes]) -> None:
+        # Read as they arrive: answers about other ids (out of step with the questions) drop the connection.
+        read.append(_receipts(ids, lines))
+
+    await next_sites.ask(target, compose, len(ids), within, check)
+    return read[0]
 
 
 def _receipts(ids: Sequence[str], lines: list[bytes]) -> list[Receipt]:

@@ -90,10 +90,5 @@ class NextSites:
         left = failed_at + min(COOL_DOWN_CAP, COOL_DOWN * 2 ** min(failures - 1, 16)) - self._clock()
         return left if left > 0 else None
 
-    def status(self) -> dict[str, dict[str, object]]:
-        """Per next site: whether its link is open, the connections it took, and its last error."""
-        return {site: {"open": link.open, "connections": link.connections, "error": link.last_error}
-                for site, link in self._links.items()}
-
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self._links.values()))
