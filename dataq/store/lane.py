@@ -3,7 +3,7 @@
 Hand-written on purpose, and thin: redis-py's ``execute_command`` checks a connection out of the pool for every
 command (a lock, three observability hooks, a readiness probe of the socket) and back in, which cost the push
 daemon more CPU per record than its own work at window 1 (``bench/push_profile.py``). The lane keeps the
-connections it used and sends on them with redis-py's own packing and reply parsing (hiredis when installed),
+connections it used, packs its commands with hiredis (:func:`packed`) and reads replies with redis-py's parser,
 so TLS, AUTH, Sentinel's master discovery and error replies behave exactly as through the client. It holds as
 many connections as scripts ran at once at the busiest moment (the push daemon's pipeline depth, the pop
 daemon's concurrency).
@@ -22,11 +22,23 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from hiredis import pack_command
 from redis.asyncio.connection import AbstractConnection
 
 from dataq.store.sentinel import deposed
 
 Command = tuple[Any, ...]
+
+
+def packed(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:
+    """The commands in Redis's protocol, packed by hiredis (one of dataq's requirements): redis-py's asyncio
+    connections pack in Python, at ~1.5 µs per argument, more than Redis spends on most of them
+    (``bench/record_path.py``). What hiredis will not pack (a type it does not know, a string that is not UTF-8)
+    goes to redis-py, which raises its own error for it."""
+    try:
+        return [b"".join([pack_command(command) for command in commands])]
+    except (TypeError, UnicodeEncodeError):
+        return connection.pack_commands(commands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +100,7 @@ class Lane:
         try:
             # With its health check: a connection idle for longer than the interval is PINGed first, as the client
             # would, so a connection the network dropped meanwhile is replaced before anything is sent on it.
-            await connection.send_packed_command(connection.pack_commands(commands))
+            await connection.send_packed_command(packed(connection, commands))
             for index in range(len(commands)):
                 last = index == len(commands) - 1
                 timeout = (connection.socket_timeout or 0) + last_takes if last and last_takes else None

@@ -11,7 +11,7 @@ the lookup is a fixed number of hash reads, never a scan, and expiry is Redis's 
   shard stays a small hash that Redis keeps as a compact listpack (up to ``hash-max-listpack-entries``, 128
   by default: 8 million ids per generation). A shard's field is the 16-byte md5 digest of the id (the id itself
   may be long; 128 bits make a collision as unlikely as one of md5 ids themselves), its value
-  :func:`format_done`.
+  ``<done ms>,<wait ms>[,<end ms after done>]`` (:func:`parse_done`).
 
 ``remember_done = 0`` remembers nothing (the 2014 data-q's behaviour): lookups then name generation 0's keys,
 which nothing writes, and :attr:`Lookup.expires_at_ms` is 0, which tells the scripts not to write.
@@ -71,10 +71,22 @@ def generations(now: float, remember_done: float) -> tuple[int, int]:
     return current, max(0, current - 1)
 
 
+def digests_of(ids: Sequence[str]) -> list[bytes]:
+    """:func:`digest` of each id, at 0.6 of its cost: the ids encoded in one call, not one each (a push daemon
+    spent a quarter of its store calls' time on digests)."""
+    if not ids:
+        return []
+    encoded = "\n".join(ids).encode("utf-8", "surrogateescape").split(b"\n")
+    if len(encoded) != len(ids):
+        raise ValueError("a record id holds a newline")
+    md5 = hashlib.md5
+    return [md5(item, usedforsecurity=False).digest() for item in encoded]
+
+
 def lookup(keys: QueueKeys, ids: Sequence[str], now: float, remember_done: float) -> Lookup:
     current, previous = generations(now, remember_done)
     this, before = keys.done_prefix(current), keys.done_prefix(previous)
-    digests = [digest(record_id) for record_id in ids]
+    digests = digests_of(ids)
     names = []
     for value in digests:
         # The shard is the digest's first two bytes, as the 4 hex digits that end its name (keys.done_prefix).

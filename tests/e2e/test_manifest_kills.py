@@ -28,8 +28,10 @@ def write_config(tmp_path: Path, redis_url: str) -> Path:
         "log": {"dir": str(tmp_path / "log"), "format": "json"},
         # No metrics endpoint: seven daemons would each take an ephemeral port another test may have chosen.
         "metrics": {"enabled": False},
+        # max_crashes above the kills: on a loaded host a life can end before it stores anything, and the same
+        # records, held by every life, would go inactive (as they should) instead of being stored.
         "pop": {"concurrency": 64, "heartbeat_interval": 0.2, "heartbeat_ttl": 1.0, "sweep_interval": 0.2,
-                "grace_period": 2.0},
+                "grace_period": 2.0, "max_crashes": KILLS + 1},
         f"queues.{QUEUE}": {"actions": ["disk_store"]},
         f"queues.{QUEUE}.disk_store": {"root": str(tmp_path / "archive"), "batch_size": 20}}, site="archive")
 
