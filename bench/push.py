@@ -80,9 +80,9 @@ def dataq_command() -> list[str]:
 
 @contextlib.contextmanager
 def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "",
-                queue: str = QUEUE) -> Iterator[tuple[int, int]]:
-    """``dataq push`` of ``queue`` on a free port (on ``redis_url``, and ``redis_extra`` lines in its ``[redis]``
-    table): yields (port, pid)."""
+                queue: str = QUEUE, queue_extra: str = "") -> Iterator[tuple[int, int]]:
+    """``dataq push`` of ``queue`` on a free port (on ``redis_url``, ``redis_extra`` lines in its ``[redis]`` table
+    and ``queue_extra`` in the queue's): yields (port, pid)."""
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "dataq.toml"
@@ -90,7 +90,7 @@ def push_daemon(workdir: Path, redis_url: str | None, *, redis_extra: str = "",
     config.write_text(
         f'data_dir = "{workdir}"\n[redis]\n{url}{redis_extra}[log]\ndir = "{workdir / "log"}"\nlevel = "warning"\n'
         f'format = "json"\n[metrics]\nenabled = false\n[push]\nport = {port}\n'
-        f'[queues.{queue}]\nmax_queue_size = 10000000\n'
+        f'[queues.{queue}]\nmax_queue_size = 10000000\n{queue_extra}'
     )
     with open(workdir / "push.stderr", "wb") as stderr:
         process = subprocess.Popen([*dataq_command(), "push", "--config", str(config)], stdout=subprocess.DEVNULL,

@@ -14,6 +14,8 @@ Measured per side and round, each against a fresh redis-server fsyncing every wr
   (``bench/pop.py``'s rows).
 
 The goal (issue 53): each at least 0.9 of the older commit's rate. Medians of the rounds, and every round's ratio.
+A third side runs this tree with ``remember_done = 0``: how much of the gap remembering done ids makes, and how
+much everything else added since the older commit.
 
 Rerun: ``.venv/bin/python bench/record_path.py [--rounds 3] [--base 299034d] [--store-records 50000]
 [--push-records 40000] [--pop-records 50000]``.
@@ -52,8 +54,8 @@ def extract(commit: str, into: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def probe(tree: Path, kind: str, records: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def probe(tree: Path, kind: str, records: int, *, forget: bool = False) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "DATAQ_BENCH_FORGET": "1" if forget else "0"}
     done = subprocess.run([sys.executable, str(PROBE), kind, str(records)], env=env, cwd=tree, check=True,
                           capture_output=True, text=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -79,36 +81,40 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dataq-base-") as temp:
         base = Path(temp)
         extract(args.base, base)
-        sides = {"base": base, "now": ROOT}
+        sides = {"base": base, "now": ROOT, "forgetting": ROOT}
         for round_ in range(args.rounds):
-            order = ["base", "now"] if round_ % 2 == 0 else ["now", "base"]
+            order = ["base", "forgetting", "now"] if round_ % 2 == 0 else ["now", "forgetting", "base"]
             for kind in kinds:
                 for side in order:
-                    result = probe(sides[side], kind, records[kind])
+                    result = probe(sides[side], kind, records[kind], forget=side == "forgetting")
                     rates.setdefault((kind, side), []).append(result["rate"])
                     if "daemon_cpu_us" in result:
                         cpu.setdefault((kind, side), []).append((result["daemon_cpu_us"], result["redis_cpu_us"]))
                 ratio = rates[kind, "now"][-1] / rates[kind, "base"][-1]
                 print(f"round {round_ + 1}: {kind}: {args.base} {rates[kind, 'base'][-1]:,.0f}/s, now "
-                      f"{rates[kind, 'now'][-1]:,.0f}/s, ratio {ratio:.2f}", file=sys.stderr)
+                      f"{rates[kind, 'now'][-1]:,.0f}/s (remembering nothing {rates[kind, 'forgetting'][-1]:,.0f}/s), "
+                      f"ratio {ratio:.2f}", file=sys.stderr)
     print(f"record path against {args.base} (the commit before remembered ids), {args.rounds} rounds interleaved; "
           f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after\n")
     print(f"| measurement | {args.base} records/s | now records/s | ratio (goal ≥ 0.9) | per round | "
-          "CPU µs/record daemon / redis: before, now |")
-    print("| --- | ---: | ---: | ---: | --- | --- |")
+          "now with `remember_done = 0`: records/s, ratio | CPU µs/record daemon / redis: before, now, "
+          "remembering nothing |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | --- |")
     for kind, label in MEASUREMENTS:
         if kind not in kinds:
             continue
-        before, now = rates[kind, "base"], rates[kind, "now"]
+        before, now, forgetting = rates[kind, "base"], rates[kind, "now"], rates[kind, "forgetting"]
         ratios = [b / a for a, b in zip(before, now, strict=True)]
+        without = statistics.median(b / a for a, b in zip(before, forgetting, strict=True))
         costs = ""
         if (kind, "now") in cpu:
             costs = "; ".join(
                 f"{statistics.median(c[0] for c in cpu[kind, side]):.1f} / "
-                f"{statistics.median(c[1] for c in cpu[kind, side]):.1f}" for side in ("base", "now"))
+                f"{statistics.median(c[1] for c in cpu[kind, side]):.1f}" for side in ("base", "now", "forgetting"))
         print(f"| {label} ({records[kind]:,} records) | {statistics.median(before):,.0f} | "
               f"{statistics.median(now):,.0f} | **{statistics.median(ratios):.2f}** | "
-              f"{', '.join(f'{r:.2f}' for r in ratios)} | {costs} |")
+              f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(forgetting):,.0f}, {without:.2f} | "
+              f"{costs} |")
     print(f"\nrerun: .venv/bin/python bench/record_path.py --rounds {args.rounds} --base {args.base}")
 
 

@@ -6,13 +6,15 @@ object: ``{"rate": records/s, "daemon_cpu_us": ..., "redis_cpu_us": ...}`` (CPU 
 
 Run alone: ``PYTHONPATH=TREE .venv/bin/python bench/record_path_probe.py KIND RECORDS`` with KIND one of
 ``store``, ``store2`` (two batches in flight), ``push``, ``pop1`` (one daemon at concurrency 256) and ``pop2``
-(two at 64).
+(two at 64). With ``DATAQ_BENCH_FORGET=1`` (this tree only) the queue remembers no done ids
+(``remember_done = 0``): what remembering them costs, apart from everything else since the older commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +26,8 @@ from bench.store import push_rate
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 
+FORGET = os.environ.get("DATAQ_BENCH_FORGET") == "1"
+"""Measure with ``remember_done = 0`` (an older tree has no such setting: never set for it)."""
 POP_SCENARIOS = {"pop1": (1, 256), "pop2": (2, 64)}
 """KIND -> (daemons, concurrency of each): the rows of ``bench/pop.py`` the record path's goal names."""
 
@@ -31,7 +35,7 @@ POP_SCENARIOS = {"pop1": (1, 256), "pop2": (2, 64)}
 async def store_rate(directory: Path, records: int, in_flight: int) -> dict[str, Any]:
     """``push_batch`` by 1,000 against a fresh fsyncing server, ``in_flight`` batches at Redis at once."""
     with EmbeddedRedis(directory, port=0, appendfsync="always") as server:
-        store = QueueStore.from_url(server.url, "bench")
+        store = QueueStore.from_url(server.url, "bench", **({"remember_done": 0} if FORGET else {}))
         try:
             return {"rate": await push_rate(store, 1000, records, 0, in_flight=in_flight)}
         finally:
@@ -44,7 +48,8 @@ async def push_rate_of_daemon(directory: Path, records: int) -> dict[str, Any]:
     server.start()
     try:
         assert server.pid is not None
-        with push_daemon(directory, server.url) as (port, daemon_pid):
+        with push_daemon(directory, server.url, **({"queue_extra": "remember_done = 0\n"} if FORGET else {})) as (
+                port, daemon_pid):
             cell = await measure(port, (daemon_pid, server.pid), 1000, 4, 0, records)
         return {"rate": cell.rate, "daemon_cpu_us": cell.cpu[0], "redis_cpu_us": cell.cpu[1]}
     finally:
@@ -56,6 +61,8 @@ async def pop_rate(directory: Path, records: int, kind: str) -> dict[str, Any]:
     daemons, concurrency = POP_SCENARIOS[kind]
     with EmbeddedRedis(directory / "redis", port=0, appendfsync="always") as server:
         config = write_config(directory, server.url)
+        if FORGET:  # the queue's table comes last
+            config.write_text(config.read_text() + "remember_done = 0\n")
         store = QueueStore.from_url(server.url, "bench")
         try:
             assert server.pid is not None

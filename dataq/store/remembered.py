@@ -13,8 +13,9 @@ the lookup is a fixed number of hash reads, never a scan, and expiry is Redis's 
   may be long; 128 bits make a collision as unlikely as one of md5 ids themselves), its value
   ``<done ms>,<wait ms>[,<end ms after done>]`` (:func:`parse_done`).
 
-``remember_done = 0`` remembers nothing (the 2014 data-q's behaviour): lookups then name generation 0's keys,
-which nothing writes, and :attr:`Lookup.expires_at_ms` is 0, which tells the scripts not to write.
+``remember_done = 0`` remembers nothing (the 2014 data-q's behaviour): a lookup then names no shard and no
+digest (the scripts read nothing: a push costs what it cost before done ids were remembered), and
+:attr:`Lookup.expires_at_ms` is 0, which tells the scripts not to write.
 
 Measured by ``bench/cascade.py`` with ``MEMORY USAGE`` at 10^6 ids (see its results in ``bench/RESULTS.md``).
 """
@@ -84,6 +85,8 @@ def digests_of(ids: Sequence[str]) -> list[bytes]:
 
 
 def lookup(keys: QueueKeys, ids: Sequence[str], now: float, remember_done: float) -> Lookup:
+    if remember_done <= 0:
+        return Lookup(b"", [], 0)
     current, previous = generations(now, remember_done)
     this, before = keys.done_prefix(current), keys.done_prefix(previous)
     digests = digests_of(ids)

@@ -4,14 +4,16 @@ and ``remember_done = 0`` (the 2014 data-q's behaviour), against a real Redis.""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from click.testing import Result
 
+from dataq.activities import Activity, Plan
 from dataq.cli.options import EXIT_USAGE
 from dataq.record import Record, format_line
-from dataq.store import QueueList, QueueStore
+from dataq.store import CustodyEntry, CustodyStep, LastAnswer, Lost, QueueList, QueueStore, Step
 from tests.cli_support import QUEUE, by_switch, ids, on_store, seed
 from tests.helpers import make_records
 
@@ -79,6 +81,38 @@ async def test_remember_done_0_remembers_nothing(redis_url: str) -> None:
         assert (await store.push_batch([record], source="feeder")).pushed == [True]
         (known,) = await store.whereabouts([record.checksum], max_errors=3)
         assert known is not None
+    finally:
+        await store.close()
+
+
+async def test_a_queue_that_remembers_nothing_keeps_its_activities_custody_and_audits(redis_url: str) -> None:
+    # Nothing remembered, nothing named: the scripts then find their other keys where the shards would have been.
+    plan = Plan((Activity("express", 0, ("*/calib/*",)), Activity("default")))
+    store = QueueStore.from_url(redis_url, "unremembering", remember_done=0, plan=plan)
+    try:
+        await store.clear()
+        express = [dataclasses.replace(r, path=r.path.replace("/mtn/", "/mtn/calib/"), activity="express")
+                   for r in make_records(2, start=50)]
+        plain = make_records(3, start=60)
+        await store.push_batch([*plain, *express], source="feeder")
+        assert (await store.summary()).activities == {"express": 2, "default": 3}
+        await run_to_done(store, [*plain, *express])
+        counters = await store.counters()
+        assert (counters["done@express"], counters["done"]) == (2, 5)
+        # A record handed on: its receipt settles it, and a resend puts it back in its own activity's list.
+        now = time.time()
+        await store.keep([CustodyEntry(express[0], "valley:1", now), CustodyEntry(express[1], "valley:1", now)],
+                         first_ask=now)
+        first, second = await store.custody_due(10, now=now + 1)
+        resent = CustodyEntry(second.record, second.site, second.handed_at, last=LastAnswer("unknown", "valley"),
+                              resends=1)
+        assert await store.apply_steps([CustodyStep(Step.DONE, first, end_at=now + 1),
+                                        CustodyStep(Step.RESEND, second, replacement=resent)], 60,
+                                       now=now + 1) == [True, True]
+        assert (await store.summary()).activities == {"express": 1, "default": 0}
+        assert await store.mark_lost([(plain[0].checksum, "missing_copy: a test")]) == [True]
+        (known,) = await store.whereabouts([plain[0].checksum], max_errors=3)
+        assert isinstance(known, Lost)
     finally:
         await store.close()
 

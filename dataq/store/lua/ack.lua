@@ -5,7 +5,7 @@
 -- KEYS[5] crashes hash                    KEYS[6] events stream KEYS[7] counters hash
 -- KEYS[8] rates ring (lib/rates.lua)
 -- KEYS[9..] one per record, in order: its shard of the remembered done records in the current generation
---           (dataq/store/remembered.py), where a done record is remembered
+--           (dataq/store/remembered.py), where a done record is remembered; none when nothing is (ARGV[6] = 0)
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] the record ids, joined by newlines      ARGV[3] an event detail per id (e.g. the run time), joined by
 -- newlines (two arguments instead of two per record: the client packs each argument on its own, at a cost)
@@ -45,7 +45,7 @@ local digests = ARGV[4]
 local per_activity, ring_of = nil, {}
 if ARGV[7] ~= '' then
   per_activity = {}
-  local rings = 9 + i
+  local rings = 9 + (expires == '0' and 0 or i)
   ring_of[''] = KEYS[rings]
   local n = 0
   for name in string.gmatch(ARGV[7], '[^\n]+') do

@@ -4,8 +4,8 @@
 -- KEYS[1] custody hash      KEYS[2] custody_due zset      KEYS[3] custody_since zset      KEYS[4] custody_sites hash
 -- KEYS[5] records hash      KEYS[6] counters hash         KEYS[7] events stream           KEYS[8] receipts list
 -- KEYS[9..] two per step, in order: the record's shard of the remembered done records in the current and the
---           previous generation (dataq/store/remembered.py)
--- KEYS[9 + 2 * steps] default's active list, then one per named activity (lib/activities.lua): a record resent
+--           previous generation (dataq/store/remembered.py); none when nothing is remembered (ARGV[8] is '')
+-- KEYS[9 + 2 * steps] (KEYS[9] without shards) default's active list, then one per named activity (lib/activities.lua): a record resent
 --           goes back to its activity's
 -- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
 -- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
@@ -19,9 +19,9 @@
 -- return: status string with one char per step, '1' applied or '0' the entry changed meanwhile
 local custody, due, since, sites = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local records, counters, events, receipts = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local lists, named = activity_lists(9 + 2 * ((#ARGV - 9) / 5), ARGV[9])
-local now, maxlen, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local expires, digests = ARGV[7], ARGV[8]
+local lists, named = activity_lists(9 + (digests == '' and 0 or 2 * ((#ARGV - 9) / 5)), ARGV[9])
+local now, maxlen, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local status, resent = {}, 0
 local function forget(id, entry)
   redis.call('HDEL', custody, id)
@@ -54,7 +54,7 @@ for base = 10, #ARGV, 5 do
     -- The done record's memory learns when the end of the chain had it: '<done ms>,<wait ms>,<end - done ms>'.
     local field = string.sub(digests, 16 * op - 15, 16 * op)
     local cur_key, prev_key = KEYS[7 + 2 * op], KEYS[8 + 2 * op]
-    local value = redis.call('HGET', cur_key, field) or redis.call('HGET', prev_key, field)
+    local value = digests ~= '' and (redis.call('HGET', cur_key, field) or redis.call('HGET', prev_key, field))
     local end_ms = tonumber(a)
     local done_ms, wait = now, 0
     if value then

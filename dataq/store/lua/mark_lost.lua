@@ -4,7 +4,7 @@
 -- being stored again.
 -- KEYS[1] records hash   KEYS[2] lost hash   KEYS[3] events stream   KEYS[4] counters hash
 -- KEYS[5..] two per id, in order: its shard of the remembered done records in the current and the previous
---           generation (dataq/store/remembered.py)
+--           generation (dataq/store/remembered.py); none when nothing is remembered (ARGV[3] is '')
 -- ARGV[1] now (ms)   ARGV[2] events max length (0 = keep no events)   ARGV[3] the ids' digests (16 bytes each)
 -- ARGV[4..] two per id: the id, then why it is lost (one line)
 -- return: status string with one char per id, '1' marked lost, '0' still tracked here (left alone)
@@ -16,9 +16,11 @@ for n = 1, (#ARGV - 3) / 2 do
   if redis.call('HEXISTS', records, id) == 1 then
     status[n] = '0'
   else
-    local field = string.sub(digests, 16 * n - 15, 16 * n)
-    redis.call('HDEL', KEYS[3 + 2 * n], field)
-    redis.call('HDEL', KEYS[4 + 2 * n], field)
+    if digests ~= '' then
+      local field = string.sub(digests, 16 * n - 15, 16 * n)
+      redis.call('HDEL', KEYS[3 + 2 * n], field)
+      redis.call('HDEL', KEYS[4 + 2 * n], field)
+    end
     redis.call('HSET', lost, id, now .. ',' .. why)
     if maxlen > 0 then redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'k', 'lost', 'id', id, 'd', why) end
     status[n] = '1'

@@ -8,8 +8,9 @@
 -- KEYS[1] records hash      KEYS[2] active list      KEYS[3] events stream      KEYS[4] counters hash
 -- KEYS[5] rates ring (lib/rates.lua)
 -- KEYS[6..] two per record, in order: its shard of the remembered done records in the current and the previous
---           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate
--- KEYS[6 + 2 * records] the activities set (dataq/keys.py), then one active list per named activity (of ARGV[11])
+--           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate.
+--           None when nothing is remembered (remember_done = 0; ARGV[8] is then '')
+-- KEYS[6 + 2 * records] (KEYS[6] without shards) the activities set (dataq/keys.py), then one active list per named activity (of ARGV[11])
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
@@ -75,11 +76,11 @@ for first = 1, count, 1000 do
 end
 local digests, again = ARGV[8], ARGV[9]
 local function remembered(i)
-  if again ~= '' and string.byte(again, i) == 49 then return false end  -- '1': sent again on purpose
+  if digests == '' or (again ~= '' and string.byte(again, i) == 49) then return false end  -- '1': sent again
   local field = string.sub(digests, 16 * i - 15, 16 * i)
   return redis.call('HEXISTS', KEYS[4 + 2 * i], field) == 1 or redis.call('HEXISTS', KEYS[5 + 2 * i], field) == 1
 end
-local codes, named_keys = ARGV[10], 6 + 2 * count
+local codes, named_keys = ARGV[10], 6 + (digests == '' and 0 or 2 * count)
 local named = {}
 for name in string.gmatch(ARGV[11], '[^\n]+') do named[#named + 1] = name end
 local status, fresh, fields, seen = {}, {}, {}, {}

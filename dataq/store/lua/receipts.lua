@@ -2,7 +2,7 @@
 -- KEYS[1] records hash      KEYS[2] delayed zset      KEYS[3] inactive list      KEYS[4] errors hash
 -- KEYS[5] lasterror hash    KEYS[6] custody hash      KEYS[7] lost hash (dataq/store/audits.py)
 -- KEYS[8..] two per id, in order: its shard of the remembered done records in the current and the previous
---           generation (dataq/store/remembered.py)
+--           generation (dataq/store/remembered.py); none when nothing is remembered (ARGV[3] is '')
 -- ARGV[1] max_errors of the queue (a record failed more often is inactive)
 -- ARGV[2] the ids, joined by newlines      ARGV[3] their digests (16 bytes each)
 -- ARGV[4] newest inactive records searched for an id (LPOS MAXLEN: inactive lists stay short, but never a scan)
@@ -33,7 +33,8 @@ for id in string.gmatch(ARGV[2], '[^\n]+') do
       out[i] = KNOWN_IN_CUSTODY .. '\0' .. entry
     else
       local field = string.sub(digests, 16 * i - 15, 16 * i)
-      local value = redis.call('HGET', KEYS[6 + 2 * i], field) or redis.call('HGET', KEYS[7 + 2 * i], field)
+      local value = digests ~= ''
+          and (redis.call('HGET', KEYS[6 + 2 * i], field) or redis.call('HGET', KEYS[7 + 2 * i], field))
       if value then
         out[i] = KNOWN_DONE .. '\0' .. value
       else
