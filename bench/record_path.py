@@ -94,7 +94,8 @@ def main() -> None:
                 print(f"round {round_ + 1}: {kind}: {args.base} {rates[kind, 'base'][-1]:,.0f}/s, now "
                       f"{rates[kind, 'now'][-1]:,.0f}/s (remembering nothing {rates[kind, 'forgetting'][-1]:,.0f}/s), "
                       f"ratio {ratio:.2f}", file=sys.stderr)
-    print(f"record path against {args.base} (the commit before remembered ids), {args.rounds} rounds interleaved; "
+    what = " (the commit before remembered ids)" if args.base == BASE else ""
+    print(f"record path against {args.base}{what}, {args.rounds} rounds interleaved; "
           f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after\n")
     print(f"| measurement | {args.base} records/s | now records/s | ratio (goal ≥ 0.9) | per round | "
           "now with `remember_done = 0`: records/s, ratio | CPU µs/record daemon / redis: before, now, "

@@ -32,7 +32,7 @@ Command = tuple[Any, ...]
 
 def packed(connection: AbstractConnection, commands: Sequence[Command]) -> list[bytes]:
     """The commands in Redis's protocol, packed by hiredis (one of dataq's requirements): redis-py's asyncio
-    connections pack in Python, at ~1.5 µs per argument, more than Redis spends on most of them
+    connections pack in Python, which cost a push daemon more than Redis spent on most of them
     (``bench/record_path.py``). What hiredis will not pack (a type it does not know, a string that is not UTF-8)
     goes to redis-py, which raises its own error for it."""
     try:
