@@ -5,8 +5,8 @@
 -- KEYS[5] records hash      KEYS[6] counters hash         KEYS[7] events stream           KEYS[8] receipts list
 -- KEYS[9..] two per step, in order: the record's shard of the remembered done records in the current and the
 --           previous generation (dataq/store/remembered.py); none when nothing is remembered (ARGV[8] is '')
--- KEYS[9 + 2 * steps] (KEYS[9] without shards) default's active list, then one per named activity (lib/activities.lua): a record resent
---           goes back to its activity's
+-- KEYS[9 + 2 * steps] (KEYS[9] without shards) default's active list, then one per named activity
+--           (lib/activities.lua): a record resent goes back to its activity's
 -- ARGV[1] now (ms)          ARGV[2] events max length     ARGV[3] receipts kept   ARGV[4] work channel
 -- ARGV[5] the notice published there when records are resent     ARGV[6] 'sharded' for SPUBLISH, else PUBLISH
 -- ARGV[7] when the current generation's shards expire (ms; 0: remember nothing)        ARGV[8] the steps' digests (16 bytes each)

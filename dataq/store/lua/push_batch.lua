@@ -10,7 +10,8 @@
 -- KEYS[6..] two per record, in order: its shard of the remembered done records in the current and the previous
 --           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate.
 --           None when nothing is remembered (remember_done = 0; ARGV[8] is then '')
--- KEYS[6 + 2 * records] (KEYS[6] without shards) the activities set (dataq/keys.py), then one active list per named activity (of ARGV[11])
+-- KEYS[6 + 2 * records] (KEYS[6] without shards) the activities set (dataq/keys.py), then one active list per
+--           named activity (of ARGV[11])
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
