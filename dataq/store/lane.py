@@ -15,6 +15,7 @@ fail-over, one restarted without its AOF) is given its source with ``SCRIPT LOAD
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,11 +35,15 @@ def packed(connection: AbstractConnection, commands: Sequence[Command]) -> list[
     """The commands in Redis's protocol, packed by hiredis (one of dataq's requirements): redis-py's asyncio
     connections pack in Python, which cost a push daemon more than Redis spent on most of them
     (``bench/record_path.py``). What hiredis will not pack (a type it does not know, a string that is not UTF-8)
-    goes to redis-py, which raises its own error for it."""
-    try:
-        return [b"".join([pack_command(command) for command in commands])]
-    except (TypeError, UnicodeEncodeError):
-        return connection.pack_commands(commands)
+    goes to redis-py, which raises its own error for it; so does every command of a connection that encodes
+    strings otherwise (a URL's ``encoding``), as hiredis writes UTF-8 alone."""
+    encoder = connection.encoder
+    if codecs.lookup(encoder.encoding).name == "utf-8" and encoder.encoding_errors == "strict":
+        try:
+            return [b"".join([pack_command(command) for command in commands])]
+        except (TypeError, UnicodeEncodeError):
+            pass
+    return connection.pack_commands(commands)
 
 
 @dataclass(frozen=True, slots=True)

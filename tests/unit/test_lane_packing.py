@@ -16,6 +16,13 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
     assert b"".join(packed(connection, commands)) == b"".join(connection.pack_commands(commands))
 
 
+def test_a_connection_that_encodes_otherwise_is_packed_as_it_encodes() -> None:
+    connection = Connection(encoding="latin-1")
+    commands = [("HSET", "dq:{q}:records", "café", "é")]
+    assert b"".join(packed(connection, commands)) == b"".join(connection.pack_commands(commands))
+    assert "café".encode("latin-1") in b"".join(packed(connection, commands))
+
+
 def test_a_string_that_is_not_utf8_is_refused_as_redis_py_refuses_it() -> None:
     connection = Connection()
     with pytest.raises(UnicodeEncodeError):
