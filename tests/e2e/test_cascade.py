@@ -18,6 +18,7 @@ from dataq.protocol import ReplyKind
 from dataq.record import Record
 from dataq.store import QueueList
 from testbed.cascade import Cascade, Site
+from testbed.link import link_process
 from testbed.rsync import LOOPBACK, rsync_daemon
 from testbed.waits import eventually, eventually_equal
 from tests.actions_support import OlderPeer, peer_server
@@ -219,15 +220,29 @@ async def test_a_four_site_chain_delivers_and_traces_every_site(tmp_path: Path) 
         assert {hop["state"] for hop in trace["hops"]} == {"done"}
 
 
-async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(tmp_path: Path) -> None:
+def reached(port: int, link: tuple[float, float | None] | None, links: contextlib.ExitStack) -> int:
+    """The port a site reaches ``port`` at: through the testbed's long link when there is one."""
+    if link is None:
+        return port
+    return links.enter_context(link_process((LOOPBACK, port), delay=link[0], mbit=link[1]))
+
+
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
+async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(
+        tmp_path: Path, link: tuple[float, float | None] | None) -> None:
     records = make_sources(tmp_path / "data", 20)
     peer = OlderPeer()
-    async with peer_server(peer.serve) as port:
-        with rsync_daemon(tmp_path / "rsyncd", {"incoming": tmp_path / "older"}) as daemon:
+    async with peer_server(peer.serve) as served:
+        with rsync_daemon(tmp_path / "rsyncd", {"incoming": tmp_path / "older"}) as daemon, \
+                contextlib.ExitStack() as links:
+            # The older peer is reached over the link as its records are: a kept link greets it once, and what it
+            # says (nothing of receipts) must hold for every hand-on that follows on that connection.
+            port = reached(served, link, links)
+            destination = f"rsync://{LOOPBACK}:{reached(daemon.port, link, links)}/incoming"
             site = Site(tmp_path, "mountain")
             site.start_services()
             site.write_config(["network_move"], {"network_move": {
-                "destination": daemon.url("incoming"), "next_sites": [f"{LOOPBACK}:{port}"],
+                "destination": destination, "next_sites": [f"{LOOPBACK}:{port}"],
                 "next_path": "/older/{relpath}", "remove_source": "after_receipt", **FAST}}, {"concurrency": 4}, {})
             site.start_daemons()
             try:
