@@ -20,6 +20,7 @@ from dataq.handshake import PeerBook, hello_line, is_hello
 from dataq.nextsite import LinkLost, SiteLink
 from dataq.record import Record, handon_line
 from dataq.store import QueueList, QueueStore
+from testbed.link import link_process
 from tests.actions_support import peer_server
 from tests.push_support import QUEUE, RunningPush, push_settings, start_push
 
@@ -127,22 +128,35 @@ class ScriptedPeer:
 
 
 @contextlib.asynccontextmanager
-async def scripted(answer: Callable[[int, bytes], bytes | None]) -> AsyncIterator[tuple[ScriptedPeer, str]]:
-    """A :class:`ScriptedPeer` serving on loopback, and its ``host:port``."""
+async def scripted(answer: Callable[[int, bytes], bytes | None],
+                   link: tuple[float, float | None] | None = None) -> AsyncIterator[tuple[ScriptedPeer, str]]:
+    """A :class:`ScriptedPeer` serving on loopback, and the ``host:port`` it is reached at: through the testbed's
+    long link (one-way delay, Mbit/s) when one is given."""
     peer = ScriptedPeer(answer)
     async with peer_server(peer.serve) as port:
-        yield peer, f"{LOOPBACK}:{port}"
+        if link is None:
+            yield peer, f"{LOOPBACK}:{port}"
+            return
+        with link_process((LOOPBACK, port), delay=link[0], mbit=link[1]) as linked:
+            yield peer, f"{LOOPBACK}:{linked}"
+
+
+LINKS = {"loopback": None, "long link": (0.02, None)}
+"""The peer as it is, and a round trip of 40 ms away (with one more for each new connection): the answers of a
+pipelined batch then come back while later records of it are still on their way."""
 
 
 def checksum_of(line: bytes) -> str:
     return line.split(b'"checksum": "')[1][:32].decode()
 
 
-async def test_a_next_site_that_refuses_records_midway_fails_those_alone() -> None:
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
+async def test_a_next_site_that_refuses_records_midway_fails_those_alone(
+        link: tuple[float, float | None] | None) -> None:
     def answer(n: int, line: bytes) -> bytes:
         return b"Error: refused by the test\n" if n % 3 == 1 else f"Pushed ID={checksum_of(line)}\n".encode()
 
-    async with scripted(answer) as (peer, site), hand_on(site) as handon:
+    async with scripted(answer, link) as (peer, site), hand_on(site) as handon:
         batch = records(90)
         outcomes = await asyncio.gather(*(handon(record, record.path) for record in batch), return_exceptions=True)
     refused = [outcome for outcome in outcomes if isinstance(outcome, ActionError)]
@@ -151,7 +165,9 @@ async def test_a_next_site_that_refuses_records_midway_fails_those_alone() -> No
     assert peer.connections == 1
 
 
-async def test_a_connection_dropped_midway_sends_what_was_unanswered_again_on_a_new_one() -> None:
+@pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
+async def test_a_connection_dropped_midway_sends_what_was_unanswered_again_on_a_new_one(
+        link: tuple[float, float | None] | None) -> None:
     seen: set[str] = set()
 
     def answer(n: int, line: bytes) -> bytes | None:
@@ -162,7 +178,7 @@ async def test_a_connection_dropped_midway_sends_what_was_unanswered_again_on_a_
         seen.add(checksum)
         return f"{word} ID={checksum}\n".encode()
 
-    async with scripted(answer) as (peer, site), hand_on(site) as handon:
+    async with scripted(answer, link) as (peer, site), hand_on(site) as handon:
         batch = records(200)
         outcomes = await asyncio.gather(*(handon(record, record.path) for record in batch))
     assert outcomes == [site] * len(batch)
