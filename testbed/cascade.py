@@ -19,7 +19,7 @@ from typing import Any
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.store import QueueStore
 from testbed.chaos import Daemon
-from testbed.link import link_process
+from testbed.link import reached
 from testbed.ports import unclaimed_port
 from testbed.rsync import LOOPBACK, RsyncDaemon
 from testbed.settings_file import write_tables
@@ -155,10 +155,7 @@ class Cascade:
 
     def _reach(self, port: int) -> int:
         """The port another site reaches ``port`` at: through a long link when the cascade has one."""
-        if self.link is None:
-            return port
-        delay, mbit = self.link
-        return self._links.enter_context(link_process((LOOPBACK, port), delay=delay, mbit=mbit))
+        return reached(port, self.link, self._links)
 
     def stop(self) -> None:
         for site in self.sites:

@@ -173,6 +173,15 @@ class Link:
             client_writer.close()
 
 
+def reached(port: int, link: tuple[float, float | None] | None, stack: contextlib.ExitStack) -> int:
+    """The port a peer reaches loopback's ``port`` at: through a :func:`link_process` (one-way delay in seconds,
+    Mbit/s or None) that lives as long as ``stack``, or ``port`` itself when there is no link."""
+    if link is None:
+        return port
+    delay, mbit = link
+    return stack.enter_context(link_process((LOOPBACK, port), delay=delay, mbit=mbit))
+
+
 @contextlib.contextmanager
 def link_process(target: tuple[str, int], *, delay: float = 0.0, mbit: float | None = None) -> Iterator[int]:
     """A :class:`Link` in a child process, for as long as the block runs: yields its port."""

@@ -16,6 +16,7 @@ from dataq.protocol import ReplyKind
 from dataq.record import Record
 from testbed.cascade import Site
 from testbed.rsync import LOOPBACK
+from testbed.waits import eventually
 from tests.actions_support import stored_copies
 
 FAST = {"receipt_interval": 0.3, "resend_after": 3.0, "handon_timeout": 3.0}
@@ -41,6 +42,18 @@ def archived(site: Site) -> set[str]:
 
 async def summary_of(site: Site) -> dict[str, object]:
     return json.loads(await asyncio.to_thread(cli, site, "--summary", "--json"))  # type: ignore[no-any-return]
+
+
+async def not_speaking_receipts(site: Site, next_site: str) -> None:
+    """Wait until ``--summary`` says that ``next_site`` does not speak receipts, and why (it gave no handshake)."""
+    async def reported() -> bool:
+        custody = (await summary_of(site)).get("custody")
+        return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
+
+    await eventually(reported, timeout=FLOW_TIMEOUT, what=f"--summary saying why {next_site} is not asked")
+    text = await asyncio.to_thread(cli, site, "--summary")
+    assert f"next site {next_site}: does not speak receipts" in text
+    assert "no handshake" in text, "and says why: what the next site said of itself"
 
 
 def cli(site: Site, *args: str) -> str:

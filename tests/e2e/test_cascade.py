@@ -18,7 +18,7 @@ from dataq.protocol import ReplyKind
 from dataq.record import Record
 from dataq.store import QueueList
 from testbed.cascade import Cascade, Site
-from testbed.link import link_process
+from testbed.link import reached
 from testbed.rsync import LOOPBACK, rsync_daemon
 from testbed.waits import eventually, eventually_equal
 from tests.actions_support import OlderPeer, peer_server
@@ -31,6 +31,7 @@ from tests.cascade_support import (
     custody_count,
     feed,
     make_sources,
+    not_speaking_receipts,
     summary_of,
 )
 
@@ -220,13 +221,6 @@ async def test_a_four_site_chain_delivers_and_traces_every_site(tmp_path: Path) 
         assert {hop["state"] for hop in trace["hops"]} == {"done"}
 
 
-def reached(port: int, link: tuple[float, float | None] | None, links: contextlib.ExitStack) -> int:
-    """The port a site reaches ``port`` at: through the testbed's long link when there is one."""
-    if link is None:
-        return port
-    return links.enter_context(link_process((LOOPBACK, port), delay=link[0], mbit=link[1]))
-
-
 @pytest.mark.parametrize("link", LINKS.values(), ids=LINKS)
 async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(
         tmp_path: Path, link: tuple[float, float | None] | None) -> None:
@@ -248,15 +242,7 @@ async def test_an_older_next_site_keeps_records_in_custody_and_their_sources(
             try:
                 assert await feed(site, records) == [ReplyKind.PUSHED] * 20
                 await eventually_equal(lambda: custody_count(site), 20, timeout=FLOW_TIMEOUT, what="custody of 20")
-
-                async def reported() -> bool:
-                    custody = (await summary_of(site)).get("custody")
-                    return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
-
-                await eventually(reported, timeout=FLOW_TIMEOUT, what="the older peer shown in --summary")
-                text = await asyncio.to_thread(cli, site, "--summary")
-                assert f"next site {LOOPBACK}:{port}: does not speak receipts" in text
-                assert "no handshake" in text, "and says why: what the next site said of itself"
+                await not_speaking_receipts(site, f"{LOOPBACK}:{port}")
                 await asyncio.sleep(2 * FAST["resend_after"])  # a negative check: nothing deleted, nothing resent
                 assert all(os.path.exists(record.path) for record in records)
                 assert (await counters(site)).get("resent", 0) == 0

@@ -23,7 +23,14 @@ from testbed.cascade import Cascade
 from testbed.older import older_python, version_of
 from testbed.rsync import LOOPBACK
 from testbed.waits import eventually, eventually_equal
-from tests.cascade_support import FAST, FLOW_TIMEOUT, archived, cli, custody_count, make_sources, summary_of
+from tests.cascade_support import (
+    FAST,
+    FLOW_TIMEOUT,
+    archived,
+    custody_count,
+    make_sources,
+    not_speaking_receipts,
+)
 
 pytestmark = pytest.mark.timeout(4 * FLOW_TIMEOUT)
 """Building the older dataq (once per run, some 10 s) and a flow's wait."""
@@ -82,14 +89,7 @@ async def test_every_file_crosses_an_older_valley_and_no_source_goes_without_a_r
     await eventually_equal(lambda: custody_count(mountain), 60, timeout=FLOW_TIMEOUT,
                            what="every record in the mountain's custody")
 
-    async def explained() -> bool:
-        custody = (await summary_of(mountain)).get("custody")
-        return isinstance(custody, dict) and bool(custody["next_sites_not_answering"])
-
-    await eventually(explained, timeout=FLOW_TIMEOUT, what="--summary saying why the valley is not asked")
-    text = await asyncio.to_thread(cli, mountain, "--summary")
-    assert f"next site {LOOPBACK}:{valley.port}: does not speak receipts" in text
-    assert "no handshake" in text
+    await not_speaking_receipts(mountain, f"{LOOPBACK}:{valley.port}")
     await asyncio.sleep(2 * FAST["resend_after"])  # a negative check: still nothing deleted, nothing resent
     assert all(os.path.exists(record.path) for record in records), "after_receipt deletes nothing unanswered"
     assert (await custody_count(mountain)) == 60

@@ -20,7 +20,7 @@ from dataq.handshake import PeerBook, hello_line, is_hello
 from dataq.nextsite import LinkLost, SiteLink
 from dataq.record import Record, handon_line
 from dataq.store import QueueList, QueueStore
-from testbed.link import link_process
+from testbed.link import reached
 from tests.actions_support import peer_server
 from tests.push_support import QUEUE, RunningPush, push_settings, start_push
 
@@ -134,11 +134,8 @@ async def scripted(answer: Callable[[int, bytes], bytes | None],
     long link (one-way delay, Mbit/s) when one is given."""
     peer = ScriptedPeer(answer)
     async with peer_server(peer.serve) as port:
-        if link is None:
-            yield peer, f"{LOOPBACK}:{port}"
-            return
-        with link_process((LOOPBACK, port), delay=link[0], mbit=link[1]) as linked:
-            yield peer, f"{LOOPBACK}:{linked}"
+        with contextlib.ExitStack() as links:
+            yield peer, f"{LOOPBACK}:{reached(port, link, links)}"
 
 
 LINKS = {"loopback": None, "long link": (0.02, None)}
