@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JAVA_PACKAGE := default-jre-headless
 COMMA := ,
 
-.PHONY: system-deps compile install install-test run test test-fast lint typecheck docs bench bench-deps clean
+.PHONY: system-deps compile install install-test run test test-fast lint typecheck docs screenshots bench bench-deps clean
 
 # redis-server (the embedded default and every test's Redis), rsync (network_move), openssl (test certificates)
 # and a Java runtime of version 17 or later (Spark, for archive_ingest and its tests) come from Debian's
@@ -103,6 +103,10 @@ typecheck:
 # The documentation site, into site/ (mkdocs.yml; the configuration reference is generated from the code).
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The web console's screenshots in the documentation (docs/console-*.png), taken by its browser tests.
+screenshots: install-test
+	DATAQ_CONSOLE_SCREENSHOTS=docs $(BIN)/pytest -q -p no:cacheprovider tests/web/test_browser_console.py
 
 bench: install-test
 	$(BIN)/python bench/store.py

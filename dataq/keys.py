@@ -67,6 +67,12 @@ key                    type    what it holds                                    
 ``shares``             hash    activity -> its credit in the smooth weighted round robin    claim; clear
                                that shares claims between activities (``claim.lua``).
 ``rates:<a>``          hash    activity ``a``'s ring of done counts, as ``rates``.           ack; bounded
+``names``              list    the records pushed lately, for the console's search          push; bounded:
+                               (:mod:`dataq.store.names`): two elements per batch, its ids  renamed to
+                               joined by newlines (nearer the head), then their stored      ``names_before``
+                               values.                                                      when full
+``names_count``        string  the records in ``names`` (reset when it is renamed).         push
+``names_before``       list    the ``names`` before the last renaming (the older ones).     replaced whole
 =====================  ======  ===========================================================  =================
 
 Channel ``dq:{NAME}:notices`` (pub/sub) carries ``flag:<flag>:<on|off>`` when a flag changes, and channel
@@ -213,6 +219,18 @@ class QueueKeys:
     @property
     def audits(self) -> str:
         return self._key("audits")
+
+    @property
+    def names(self) -> str:
+        return self._key("names")
+
+    @property
+    def names_count(self) -> str:
+        return self._key("names_count")
+
+    @property
+    def names_before(self) -> str:
+        return self._key("names_before")
 
     def custody_keys(self) -> tuple[str, ...]:
         """The keys of the custody set, in the order the custody scripts take them."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataq.addresses import MAX_PORT, parse_host_port
 from dataq.config.loader import load_options
-from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
+from dataq.config.operators import HealthSettings, MailSettings, MetricsSettings, WebSettings
 from dataq.config.queue_settings import QueueSettings
 from dataq.config.redis_settings import (
     APPENDFSYNC_CHOICES,
@@ -45,6 +45,7 @@ __all__ = [
     "REDIS_URL_SCHEMES",
     "SYSTEM_CONFIG",
     "EventSettings",
+    "HealthSettings",
     "LogSettings",
     "MailSettings",
     "MetricsSettings",

@@ -1,6 +1,6 @@
 """The sections of the settings an operator's tools read: e-mail notices (``[mail]``), the Prometheus
-endpoint (``[metrics]``) and the web console (``[web]``). :mod:`dataq.config.schema` gathers them into
-:class:`~dataq.config.schema.Settings`.
+endpoint (``[metrics]``), the web console (``[web]``) and the thresholds of a queue's conditions (``[health]``).
+:mod:`dataq.config.schema` gathers them into :class:`~dataq.config.schema.Settings`.
 """
 
 from __future__ import annotations
@@ -154,3 +154,24 @@ def _allowed_host(entry: str) -> str:
     if not _HOST_NAME.fullmatch(host):
         raise refuse("which is not a host name (letters, digits, '-', '.'; a name beyond ASCII in its xn-- form)")
     return host
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings(Section):
+    """When the web console calls a queue unwell (:mod:`dataq.ops.conditions`). Each default is the threshold of
+    the alert rule of the same condition in ``config/prometheus/dataq-rules.yml`` (a test pins them together):
+    change a rule's number and the key here together, so that the page and Prometheus never disagree."""
+
+    backlog_old: float = setting(3600.0, gt=0)
+    """Seconds the oldest active record may wait before the backlog is old (alert ``DataqBacklogOld``)."""
+    growing_per_hour: float = setting(100.0, ge=0)
+    """Records an hour the active list must grow by (over the last hour) to be growing
+    (``DataqQueueGrowing``)."""
+    growing_above: int = setting(1000, ge=0)
+    """Active records below which a growing list is not called growing (``DataqQueueGrowing``)."""
+    stalled_after: float = setting(900.0, gt=0, le=3600)
+    """Seconds without a record done, while records have waited that long and the queue runs, after which the
+    queue is stalled (``DataqQueueStalled``); at most an hour, what the rates ring keeps."""
+    receipts_overdue: float = setting(21600.0, gt=0)
+    """Seconds a record handed on may wait for its receipt before receipts are overdue
+    (``DataqReceiptsOverdue``)."""

@@ -18,6 +18,8 @@ from dataq.record import RecordRules, pattern_for
 
 DEFAULT_REMEMBER_DONE = 7 * 86_400.0
 """Seconds a done record's id is remembered (7 days, as Rubin's transfer keeps its de-duplication keys)."""
+DEFAULT_SEARCH_NAMES = 100_000
+"""Names of pushed records kept for the console's search, at least (a day of a busy instrument's files)."""
 SOURCE_CHECKS = ("identity", "read")
 """The values of ``source_check``."""
 ACTION_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}(:[A-Za-z0-9_.:-]{1,256})?")
@@ -66,6 +68,11 @@ class QueueSettings(Section):
     within it is ``Ignored``, and receipts about it are answered ``done``. 0 remembers nothing, as the 2014
     data-q: a file pushed again is moved again, and a site before this one in a cascade, asking for its receipt,
     hears ``unknown`` once the record is done here and sends it again after its ``resend_after``."""
+    search_names: int = setting(DEFAULT_SEARCH_NAMES, ge=0)
+    """The records pushed lately that the web console finds by file name, glob or path: the newest
+    ``search_names`` to twice as many are kept (in Redis, their ids and stored values: 123 bytes each with
+    40-character paths, measured by ``bench/name_index.py``). 0 keeps none: the console then finds records by id
+    only."""
     push_port: int | None = setting(None, ge=0, le=MAX_PORT)
     """This queue's push daemon port; None: ``push.port``."""
     activities: Mapping[str, ActivitySettings] = field(default_factory=lambda: MappingProxyType({}), hash=False)

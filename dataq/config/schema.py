@@ -42,7 +42,7 @@ from dataq.config.loader import (
     setting,
     together,
 )
-from dataq.config.operators import MailSettings, MetricsSettings, WebSettings
+from dataq.config.operators import HealthSettings, MailSettings, MetricsSettings, WebSettings
 from dataq.config.queue_settings import QueueSettings
 from dataq.config.redis_settings import RedisSettings
 from dataq.errors import ConfigError
@@ -242,6 +242,7 @@ class Settings(Section):
     mail: MailSettings = field(default_factory=MailSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     web: WebSettings = field(default_factory=WebSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     feed: FeedSettings = field(default_factory=FeedSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
     queues: Mapping[str, QueueSettings] = field(

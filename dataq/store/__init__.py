@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataq.activities import Plan, plan_for
 from dataq.config import Settings
+from dataq.config.queue_settings import DEFAULT_SEARCH_NAMES
 from dataq.keys import QueueKeys
 from dataq.store.audits import AuditOps
 from dataq.store.base import NOTICE_WORK
@@ -16,6 +17,7 @@ from dataq.store.custody import CustodyEntry, CustodyStep, Known, LastAnswer, Tr
 from dataq.store.custody_codes import Step, TrackedState
 from dataq.store.inspect import InspectOps
 from dataq.store.lease import LeaseOps
+from dataq.store.names import NameHit, NameOps, NameQuery
 from dataq.store.rate_ring import RATE_KINDS
 from dataq.store.rates import RateBucket, RateHistory, RateOps
 from dataq.store.remembered import DEFAULT_REMEMBER_DONE, Lost
@@ -50,7 +52,7 @@ from dataq.store.types import (
 )
 
 
-class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
+class QueueStore(AuditOps, InspectOps, LeaseOps, NameOps, TopologyOps, RateOps):
     """One queue in Redis: every operation the daemons, the actions and the CLI need."""
 
     @classmethod
@@ -60,8 +62,10 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         timeouts, replication and event limits."""
         redis = settings.redis
         replication = Replication(redis.min_replicas, redis.replica_timeout)
-        remember_done = settings.queue(queue).remember_done if queue in settings.queues else DEFAULT_REMEMBER_DONE
-        plan = plan_for(settings.queue(queue)) if queue in settings.queues else None
+        configured = settings.queue(queue) if queue in settings.queues else None
+        remember_done = configured.remember_done if configured else DEFAULT_REMEMBER_DONE
+        plan = plan_for(configured) if configured else None
+        search_names = configured.search_names if configured else DEFAULT_SEARCH_NAMES
         if url.startswith(f"{SENTINEL_SCHEME}://"):
             base = client_options(tls=redis.tls, ca_file=redis.ca_file, cert_file=redis.cert_file,
                                   key_file=redis.key_file, socket_timeout=redis.socket_timeout)
@@ -73,7 +77,7 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
             client, sentinel = connect_sentinel(parse_sentinel_address(url), sentinel_options=sentinel_options,
                                                 options=options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                       remember_done=remember_done, plan=plan,
+                       remember_done=remember_done, plan=plan, search_names=search_names,
                        sentinel=sentinel)
         if redis.cluster:
             options = client_options(tls=url.startswith("rediss://"), ca_file=redis.ca_file,
@@ -81,12 +85,12 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
                                      socket_timeout=redis.socket_timeout)
             client, slots = connect_cluster(url, QueueKeys(queue).records, options)
             return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                       remember_done=remember_done, plan=plan,
+                       remember_done=remember_done, plan=plan, search_names=search_names,
                        cluster=slots)
         client = connect(url, ca_file=redis.ca_file, cert_file=redis.cert_file, key_file=redis.key_file,
                          socket_timeout=redis.socket_timeout)
         return cls(client, queue, events_max_len=settings.events.max_len, replication=replication,
-                   remember_done=remember_done, plan=plan)
+                   remember_done=remember_done, plan=plan, search_names=search_names)
 
     @classmethod
     def from_url(
@@ -97,12 +101,14 @@ class QueueStore(AuditOps, InspectOps, LeaseOps, TopologyOps, RateOps):
         events_max_len: int | None = None,
         remember_done: float = DEFAULT_REMEMBER_DONE,
         plan: Plan | None = None,
+        search_names: int = DEFAULT_SEARCH_NAMES,
         **connect_options: object,
     ) -> QueueStore:
         client = connect(url, **connect_options)  # type: ignore[arg-type]
         if events_max_len is None:
-            return cls(client, queue, remember_done=remember_done, plan=plan)
-        return cls(client, queue, events_max_len=events_max_len, remember_done=remember_done, plan=plan)
+            return cls(client, queue, remember_done=remember_done, plan=plan, search_names=search_names)
+        return cls(client, queue, events_max_len=events_max_len, remember_done=remember_done, plan=plan,
+                   search_names=search_names)
 
 
 def redis_address(settings: Settings) -> str | None:
@@ -129,6 +135,8 @@ __all__ = [
     "Known",
     "LastAnswer",
     "Lost",
+    "NameHit",
+    "NameQuery",
     "PushResult",
     "QueueList",
     "QueueStore",

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
 
 from dataq.activities import Plan
+from dataq.config.queue_settings import DEFAULT_SEARCH_NAMES
 from dataq.keys import QueueKeys
 from dataq.store.cluster import SlotMap
 from dataq.store.connection import load_scripts
@@ -40,6 +41,7 @@ class StoreBase:
         cluster: SlotMap | None = None,
         remember_done: float = DEFAULT_REMEMBER_DONE,
         plan: Plan | None = None,
+        search_names: int = DEFAULT_SEARCH_NAMES,
     ) -> None:
         self.client = client
         self.r = cast(DecodedRedis, client)
@@ -57,6 +59,8 @@ class StoreBase:
         what the scripts that publish are told."""
         self.remember_done = remember_done
         """Seconds done records are remembered (:mod:`.remembered`)."""
+        self.search_names = search_names
+        """The size of the names index (:mod:`.names`; 0: none is kept)."""
         self.plan = plan or Plan()
         """The queue's activities (:mod:`dataq.activities`): which active lists the scripts fill and serve."""
         # What the scripts take of the plan, built once: a claim or a push passes them every time.

@@ -76,8 +76,10 @@ class LifecycleOps(StoreBase):
             if any(record.again for record, _ in items) else ""
         codes = self.plan.codes(record.activity for record, _ in items)  # '' without activities
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode,
-                           done.digests, again, codes, self._named]
+                           done.digests, again, codes, self._named, self.search_names]
         keys = [k.records, k.active, k.events, k.counters, k.rates, *done.keys, k.activities, *self._active_lists[1:]]
+        if self.search_names:
+            keys += [k.names, k.names_count, k.names_before]
         reply = await self._script("push_batch", keys, args, replicated=True, on_written=on_written)
         status, length = reply
         return PushResult(pushed=[ch != "0" for ch in status], active_length=int(length))

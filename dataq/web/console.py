@@ -3,24 +3,32 @@ through the same library calls as ``dataq-cli`` (:mod:`dataq.ops`), so both agre
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dataq.config import Settings
+from dataq.custody.desk import ReceiptDesk
+from dataq.custody.journey import Tracer, latencies
 from dataq.custody.report import chain_of, custody_report
-from dataq.errors import DataqError
+from dataq.errors import DataqError, InvalidRecord, StoreUnavailable
+from dataq.ops.conditions import activity_condition, conditions_of, read_vitals, redis_down
 from dataq.ops.documents import describe_place, event_doc, record_doc, unreachable_doc, view_doc, worker_doc
 from dataq.ops.eta import activity_etas, queue_eta
-from dataq.ops.health import rates, unreachable_destinations
-from dataq.ops.why import Why, why
-from dataq.store import Flag, QueueList, QueueStore
+from dataq.ops.health import rates
+from dataq.ops.why import WaitCode, Why, why
+from dataq.record import DEFAULT_RULES, parse_line
+from dataq.store import Flag, NameQuery, QueueList, QueueStore, RecordView
+from dataq.web.search import SEARCH_LIMIT, Search
 
 PAGE_SIZE = 50
 """Records per page of the active and inactive lists."""
 MAX_PAGE_SIZE = 1_000
 EVENTS_SHOWN = 50
+JOURNEY_WITHIN = 5.0
+"""Seconds the record page waits for each next site's answer at most (a site down must not hold the page)."""
 MOVES = ("activate", "deactivate", "advance")
 """The range moves the console offers, by the name of the store method."""
 
@@ -55,6 +63,7 @@ class Console:
     def __init__(self, settings: Settings, stores: Mapping[str, QueueStore]) -> None:
         self.settings = settings
         self.stores = dict(stores)
+        self.tracers: dict[str, Tracer] = {}
 
     def store(self, queue: str) -> QueueStore:
         store = self.stores.get(queue)
@@ -65,7 +74,16 @@ class Console:
     # --- reading -------------------------------------------------------------------------------------------
 
     async def queues(self) -> list[dict[str, Any]]:
-        return [await self.queue(name) for name in self.stores]
+        """Every queue's document; a queue whose Redis does not answer is shown as such, not as an error page."""
+        found = []
+        for name in self.stores:
+            try:
+                found.append(await self.queue(name))
+            except StoreUnavailable as exc:
+                conditions = [item.doc() for item in redis_down(str(exc))]
+                found.append({"name": name, "state": conditions[0], "conditions": conditions, "reachable": False,
+                              "activities": []})
+        return found
 
     async def queue(self, queue: str) -> dict[str, Any]:
         """Counts, flags, live workers, rates of the last minute, when the backlog will be done and unreachable
@@ -77,8 +95,13 @@ class Console:
         custody = await custody_report(store, summary, workers)
         eta = await queue_eta(store, summary, workers)
         activities = await activity_etas(store, summary, workers)
+        vitals = await read_vitals(store, summary, workers, self.settings.health)
+        found = conditions_of(vitals, self.settings.health)
+        conditions = [item.doc() for item in found]
         return {
-            "name": queue, "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
+            "name": queue, "reachable": True, "state": conditions[0], "conditions": conditions,
+            "backlog_age_seconds": vitals.backlog_age,
+            "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
             "delayed": summary.delayed, "tracked": summary.tracked, "action": summary.action, "read": summary.read,
             "workers": sum(1 for worker in workers if worker.heartbeat is not None),
             "registered": summary.workers,
@@ -87,9 +110,10 @@ class Console:
             "eta": eta.describe(), "eta_seconds": eta.doc()["seconds"],
             "activities": [{"name": a.activity, "active": a.active, "done": a.done,
                             "done_per_minute": round(a.eta.done_per_minute, 3), "eta": a.eta.describe(),
-                            "eta_seconds": a.eta.doc()["seconds"]} for a in activities],
-            "unreachable": [unreachable_doc(u) for u in
-                            unreachable_destinations(workers, summary.active + summary.delayed)],
+                            "eta_seconds": a.eta.doc()["seconds"],
+                            "state": activity_condition(found, vitals, a.active, a.eta.done_per_minute,
+                                                        self.settings.health).doc()} for a in activities],
+            "unreachable": [unreachable_doc(u) for u in vitals.unreachable],
             "counters": summary.counters,
             "site": self.settings.site,
             "custody": None if custody is None else custody.as_dict(time.time()),
@@ -124,17 +148,64 @@ class Console:
                 "buckets": [{"start": bucket.start, **bucket.counts} for bucket in ring.buckets]}
 
     async def record(self, record_id: str, queue: str | None = None) -> dict[str, Any]:
-        """What ``dataq-cli --show`` shows, from the queue that tracks the record (or, failing that, the first
-        whose events still name it)."""
+        """What ``dataq-cli --show`` and ``--why`` say, from the queue that tracks the record (or, failing that,
+        the first whose events still name it, or that remembers it: done, lost or handed on)."""
         names = [queue] if queue is not None else list(self.stores)
         views = [(name, await self.store(name).show(record_id)) for name in names]
         for wanted in (lambda where: where not in ("done", "unknown"), lambda where: where != "unknown"):
             for name, view in views:
                 if wanted(view.where):
-                    reason = await self._why(name, record_id)
-                    return {"queue": name, **view_doc(view), "description": describe_place(view),
-                            "why": reason.doc()}
-        raise NotFound(f"no queue tracks record {record_id!r}, and no event of it is left")
+                    return await self._record_doc(name, view)
+        for name, view in views:
+            reason = await self._why(name, record_id)
+            if reason.code is not WaitCode.UNKNOWN:
+                return await self._record_doc(name, view, reason)
+        raise NotFound(f"no queue tracks record {record_id!r}, remembers it, or has an event of it left")
+
+    async def _record_doc(self, queue: str, view: RecordView, reason: Why | None = None) -> dict[str, Any]:
+        reason = reason or await self._why(queue, view.record_id)
+        return {"queue": queue, **view_doc(view), "description": describe_place(view), "why": reason.doc()}
+
+    async def indexed(self, queue: str, record_id: str, name: str) -> dict[str, Any] | None:
+        """The path and size the names index holds for a record it found under ``name`` (a record no longer
+        tracked keeps no path anywhere else): what sending it again needs."""
+        for hit in await self.store(queue).find_names(NameQuery(name), SEARCH_LIMIT):
+            if hit.id == record_id:
+                return {"path": hit.path, "size": hit.size}
+        return None
+
+    async def journey(self, record_id: str, queue: str) -> list[dict[str, Any]]:
+        """The record's way across the sites, as ``dataq-cli --trace`` follows it (each next site asked over the
+        wire, within a few seconds)."""
+        store = self.store(queue)
+        tracer = self.tracers.get(queue)
+        if tracer is None:
+            from dataq.actions.chain_link import chain_link  # actions import the console's packages, not back
+
+            settings = self.settings.queue(queue) if queue in self.settings.queues else None
+            link = chain_link(self.settings, settings) if settings is not None else None
+            desk = ReceiptDesk(self.settings.site, settings.max_errors if settings else 0,
+                               link.next_sites if link else ())
+            tracer = Tracer(desk, link.tls if link else None, min(link.timeout if link else 0.0, JOURNEY_WITHIN))
+            self.tracers[queue] = tracer
+        hops = await tracer.trace(store, record_id)
+        return [{**hop.as_dict(), "lag_seconds": lag} for hop, lag in zip(hops, latencies(hops), strict=True)]
+
+    async def search(self, text: str) -> list[dict[str, Any]]:
+        """Records found by id, file name, glob or path in every queue (:mod:`.search`)."""
+        return [hit.doc() for hit in await Search(self.settings, self.stores).run(text)]
+
+    async def send_again(self, queue: str, record_id: str, path: str, size: str) -> dict[str, Any]:
+        """Push a record again on purpose (``dataq-cli --pushstr ... --again``): moved again even if done lately,
+        and handed on marked so."""
+        rules = self.settings.queue(queue).rules if queue in self.settings.queues else DEFAULT_RULES
+        line = json.dumps({"path": path, "checksum": record_id, "size": int(size) if size.isdigit() else size})
+        try:
+            record = replace(parse_line(line, rules), again=True)
+        except InvalidRecord as exc:
+            raise BadRequest(f"not a record to send again: {exc}") from exc
+        result = await self.store(queue).push_batch([record], "web")
+        return {"queue": queue, "moved": sum(result.pushed), "again": record_id}
 
     async def _why(self, queue: str, record_id: str) -> Why:
         """Why the record is not done yet, with its code, as ``dataq-cli --why`` says it."""

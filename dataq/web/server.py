@@ -26,7 +26,7 @@ from dataq.config import Settings
 from dataq.embedded.locate import resolve_redis
 from dataq.errors import DataqError, RangeError, StoreUnavailable
 from dataq.logs import get_logger
-from dataq.ops.documents import when
+from dataq.ops.documents import duration, when
 from dataq.ops.process_metrics import add_process_collectors
 from dataq.runtime.signals import install_stop_signals
 from dataq.store import Flag, QueueStore
@@ -34,6 +34,7 @@ from dataq.web.auth import CSRF_FIELD, CSRF_HEADER, SESSION_COOKIE, Guard
 from dataq.web.console import MOVES, BadRequest, Console, NotFound, Page
 from dataq.web.hosts import host_check
 from dataq.web.plot import rate_plot
+from dataq.web.search import BadQuery
 
 EXIT_OK = 0
 SHUTDOWN_GRACE = 5.0
@@ -41,7 +42,7 @@ SHUTDOWN_GRACE = 5.0
 REFRESH_SECONDS = 2
 """How often the pages refresh their numbers."""
 FLAGS = {"action": Flag.ACTION, "read": Flag.READ}
-ACTIONS = (*FLAGS, "redo", *MOVES, "retry")
+ACTIONS = (*FLAGS, "redo", *MOVES, "retry", "again")
 """What an operator may do to a queue (``POST /api/queues/NAME/ACTION``)."""
 
 log = get_logger()
@@ -61,12 +62,14 @@ def make_app(console: Console, token: str) -> web.Application:
     environment = jinja2.Environment(loader=jinja2.PackageLoader("dataq.web", "templates"),
                                      autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
     environment.filters["when"] = when
+    environment.filters["duration"] = lambda seconds: "-" if seconds is None else duration(seconds)
     app[TEMPLATES] = environment
     app.router.add_get("/", _overview)
     app.router.add_get("/queues/{queue}", _queue_page)
     app.router.add_get("/queues/{queue}/rates.svg", _plot)
     app.router.add_post("/queues/{queue}/do", _form_action)
     app.router.add_get("/records/{record}", _record_page)
+    app.router.add_get("/search", _search_page)
     app.router.add_get("/login", _login_page)
     app.router.add_post("/login", _login)
     app.router.add_post("/logout", _logout)
@@ -84,6 +87,9 @@ def make_app(console: Console, token: str) -> web.Application:
     app.router.add_get("/api/queues/{queue}/rates", _api(lambda c, r: c.history(r.match_info["queue"])))
     app.router.add_get("/api/records/{record}",
                        _api(lambda c, r: c.record(r.match_info["record"], r.query.get("queue"))))
+    app.router.add_get("/api/records/{record}/journey",
+                       _api(lambda c, r: c.journey(r.match_info["record"], _queue_of(r))))
+    app.router.add_get("/api/search", _api(lambda c, r: c.search(r.query.get("q", ""))))
     app.router.add_post("/api/queues/{queue}/{op}", _api_action)
     return app
 
@@ -97,7 +103,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except DataqError as exc:
-        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, (BadRequest, RangeError))
+        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, (BadRequest, BadQuery, RangeError))
                   else 503 if isinstance(exc, StoreUnavailable) else 500)
         if status == 500:
             log.error("web request failed", path=request.path, error=str(exc))
@@ -139,13 +145,20 @@ async def _api_action(request: web.Request) -> web.StreamResponse:
             raise BadRequest(f"the body must be a JSON object: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
-    result = await _act(request.app[CONSOLE], request.match_info["queue"], request.match_info["op"], body)
+    who = "bearer" if guard.bearer(request.headers.get("Authorization")) else "session"
+    result = await _act(request.app[CONSOLE], request.match_info["queue"], request.match_info["op"], body,
+                        _who(request, who))
     return web.json_response(result)
 
 
-async def _act(console: Console, queue: str, op: str, params: Mapping[str, Any]) -> dict[str, Any]:
+def _who(request: web.Request, how: str) -> str:
+    """Who acted, as the log says it: the token's bearer or a logged-in session, and from which address."""
+    return f"{how}@{request.remote or '?'}"
+
+
+async def _act(console: Console, queue: str, op: str, params: Mapping[str, Any], who: str) -> dict[str, Any]:
     """One operator action: ``action`` / ``read`` (``on``), ``redo``, ``activate`` / ``deactivate`` / ``advance``
-    (``first``, ``last``), ``retry`` (``id``)."""
+    (``first``, ``last``), ``retry`` (``id``), ``again`` (``id``, ``path``, ``size``)."""
     if op not in ACTIONS:
         raise BadRequest(f"unknown action {op!r}; one of {', '.join(ACTIONS)}")
     if op in FLAGS:
@@ -157,10 +170,13 @@ async def _act(console: Console, queue: str, op: str, params: Mapping[str, Any])
         result = await console.redo(queue)
     elif op == "retry":
         result = await console.retry(queue, _text(params, "id"))
+    elif op == "again":
+        result = await console.send_again(queue, _text(params, "id"), _text(params, "path"),
+                                          str(params.get("size", "")).strip())
     else:
         result = await console.move(queue, op, _text(params, "first"), _text(params, "last"))
-    log.info("operator action from the web console", queue=queue, action=op, **{k: v for k, v in result.items()
-                                                                                  if k != "queue"})
+    log.info("operator action from the web console", queue=queue, action=op, who=who,
+             **{k: v for k, v in result.items() if k != "queue"})
     return result
 
 
@@ -203,8 +219,29 @@ def _prefixed(request: web.Request, prefix: str) -> dict[str, str]:
 
 
 async def _record_page(request: web.Request) -> web.StreamResponse:
-    doc = await request.app[CONSOLE].record(request.match_info["record"], request.query.get("queue"))
-    return _render(request, "record.html", record=doc)
+    console = request.app[CONSOLE]
+    doc = await console.record(request.match_info["record"], request.query.get("queue"))
+    try:
+        journey, journey_error = await console.journey(doc["record"], doc["queue"]), ""
+    except DataqError as exc:  # a next site's settings or answer: the rest of the page still stands
+        journey, journey_error = [], str(exc)
+    name = request.query.get("name", "")
+    fields = doc["fields"] or (await console.indexed(doc["queue"], doc["record"], name) if name else None)
+    return _render(request, "record.html", record=doc, journey=journey, journey_error=journey_error,
+                   message=request.query.get("done", ""), fields=fields)
+
+
+def _queue_of(request: web.Request) -> str:
+    queue = request.query.get("queue")
+    if not queue:
+        raise BadRequest("name the record's queue: ?queue=NAME")
+    return queue
+
+
+async def _search_page(request: web.Request) -> web.StreamResponse:
+    text = request.query.get("q", "")
+    hits = await request.app[CONSOLE].search(text) if text.strip() else []
+    return _render(request, "search.html", query=text, hits=hits)
 
 
 async def _plot(request: web.Request) -> web.StreamResponse:
@@ -220,14 +257,17 @@ async def _form_action(request: web.Request) -> web.StreamResponse:
     if not guard.form_allowed(request.cookies.get(SESSION_COOKIE), csrf if isinstance(csrf, str) else None):
         return _refused(request)
     queue, op = request.match_info["queue"], str(form.get("op", ""))
-    params: dict[str, Any] = {key: str(value) for key, value in form.items() if key not in ("op", CSRF_FIELD)}
+    params: dict[str, Any] = {key: str(value) for key, value in form.items() if key not in ("op", "back", CSRF_FIELD)}
     name, _, state = op.partition("-")
     if name in FLAGS:
         if state not in ("on", "off"):
             raise BadRequest(f"unknown action {op!r}")
         op, params = name, {"on": state == "on"}
-    result = await _act(request.app[CONSOLE], queue, op, params)
+    result = await _act(request.app[CONSOLE], queue, op, params, _who(request, "session"))
     done = f"{op}: {'on' if result.get('on') else 'off'}" if "flag" in result else f"{op}: {result['moved']} moved"
+    back = str(form.get("back", ""))
+    if back.startswith("/records/"):  # the record page the action came from, not some other site
+        raise web.HTTPSeeOther(f"{back.split('?', 1)[0]}?{urlencode({'queue': queue, 'done': done})}")
     raise web.HTTPSeeOther(f"/queues/{queue}?{urlencode({'done': done})}")
 
 

@@ -92,7 +92,8 @@ async def test_three_queues_on_three_masters_are_fed_and_drained_each_on_its_own
     on_nodes = keys_by_node(redis_cluster)
     for master, q in zip(redis_cluster.masters(), queues, strict=True):
         mine = {key for key in on_nodes[master] if key.startswith(f"dq:{{{q}}}:")}
-        assert {key.split(":")[2] for key in mine} == {"counters", "done", "events", "rates"}, mine
+        assert {key.split(":")[2] for key in mine} == {"counters", "done", "events", "rates", "names",
+                                                       "names_count"}, mine
         elsewhere = [node for node, keys in on_nodes.items() if node != master
                      and any(key.startswith(f"dq:{{{q}}}:") for key in keys)]
         assert elsewhere == [], f"keys of {q} outside its master"

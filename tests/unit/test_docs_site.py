@@ -44,7 +44,8 @@ def test_the_site_holds_every_page_and_the_console_screenshot(site: Path) -> Non
     assert {"getting-started", "concepts", "operating/cli", "operating/web-console", "operating/systemd",
             "operating/monitoring", "feeding", "ha", "archive", "actions", "custody", "performance",
             "reference/configuration", "reference/benchmark-results"} <= pages
-    assert (site / "console-overview.png").is_file()
+    for view in ("overview", "search", "journey", "unreachable"):
+        assert (site / f"console-{view}.png").is_file(), view
     assert not (site / "hooks").exists()  # the build's own code is not published
 
 

@@ -13,6 +13,7 @@ from dataq.config import (
     DEFAULT_QUEUE,
     ENV_OVERRIDES,
     EventSettings,
+    HealthSettings,
     LogSettings,
     PopSettings,
     PushSettings,
@@ -91,7 +92,8 @@ def test_example_file_loads_cleanly() -> None:
 
 def test_example_file_documents_every_key() -> None:
     text = EXAMPLE.read_text(encoding="utf-8")
-    sections: list[type] = [RedisSettings, PushSettings, PopSettings, EventSettings, LogSettings, QueueSettings]
+    sections: list[type] = [RedisSettings, PushSettings, PopSettings, EventSettings, LogSettings, QueueSettings,
+                           HealthSettings]
     filled = {"name", "action_options", "activities"}  # the table's name, and its sub-tables
     keys = ["data_dir"]
     keys += [f.name for cls in sections for f in dataclasses.fields(cls) if f.init and f.name not in filled]

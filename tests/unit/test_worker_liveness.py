@@ -114,11 +114,12 @@ async def test_an_action_running_past_its_limit_makes_the_worker_unresponsive_un
 async def test_an_idle_worker_stays_responsive_however_long_it_waits_for_work(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "STALL_AFTER", 0.01)
+    # A limit of 50 ms, not less: a loaded machine (the suite's Spark tests beside it) may hold any loop that long.
+    monkeypatch.setattr(worker_module, "STALL_AFTER", 0.05)
     monkeypatch.setattr(worker_module, "POLL_INTERVAL", 60.0)
     run = await running(fake_store(), QueueSettings("transfer"), [])
     try:
-        await asyncio.sleep(0.1)  # ten stall limits, in the waits for a notice and for results that never come
+        await asyncio.sleep(0.5)  # ten stall limits, in the waits for a notice and for results that never come
         assert run.worker.responsive()
     finally:
         await run.stop()

@@ -40,9 +40,9 @@ async def test_the_overview_shows_every_queue_with_its_counts_flags_and_a_rate_p
     await web.stores["ingest"].set_flag(Flag.READ, False)
     html = await page(web, "/")
     row = html[html.index('data-queue="transfer"'):html.index('data-queue="ingest"')]
-    assert '<td data-field="active">7</td>' in row and '<td data-field="action" class="flag">on</td>' in row
+    assert '<span data-field="active">7</span>' in row and '<span data-field="action" class="flag">on</span>' in row
     ingest = html[html.index('data-queue="ingest"'):]
-    assert '<td data-field="read" class="flag">off</td>' in ingest
+    assert '<span data-field="read" class="flag">off</span>' in ingest
     assert 'src="/queues/transfer/rates.svg"' in html and 'src="/queues/ingest/rates.svg"' in html
     assert "operator login" in html and "https://" not in html  # nothing fetched from elsewhere
 

@@ -1,10 +1,38 @@
 // Live updates: every few seconds, the numbers of the page's tables with a data-api attribute are read again
 // from the console's JSON API, and the rate plots are reloaded. Nothing is fetched from elsewhere.
+// "/" focuses the search box, as on most sites with one.
 "use strict";
 
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  if (seconds < 120) return Math.max(0, seconds).toFixed(0) + " s";
+  if (seconds < 7200) return (seconds / 60).toFixed(0) + " min";
+  if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
+  return (seconds / 86400).toFixed(1) + " d";
+}
+
+function showState(cell, state) {
+  // A state as the template draws it: its words in a span coloured by its severity.
+  const span = document.createElement("span");
+  span.className = "state state-" + state.severity;
+  span.title = state.alert || "";
+  span.textContent = state.words;
+  cell.replaceChildren(span);
+  const row = cell.closest("tr");
+  if (row && !row.dataset.activity) row.className = "severity-" + state.severity;
+}
+
 function show(cell, value) {
+  const field = cell.dataset.field;
+  if (field === "state") { showState(cell, value); return; }
+  if (field === "conditions") {
+    const wrong = value.filter((c) => c.severity !== "ok").map((c) => c.detail);
+    cell.textContent = wrong.length ? wrong.join("; ") : "-";
+    return;
+  }
+  if (field.endsWith("_seconds")) { cell.textContent = duration(value); return; }
   if (typeof value === "boolean") { cell.textContent = value ? "on" : "off"; return; }
-  if (typeof value === "number" && cell.dataset.field.endsWith("_per_minute")) { cell.textContent = value.toFixed(1); return; }
+  if (typeof value === "number" && field.endsWith("_per_minute")) { cell.textContent = value.toFixed(1); return; }
   if (Array.isArray(value)) {
     cell.textContent = value.length ? value.map((u) => u.destination + " (" + u.error + ")").join("; ") : "-";
     return;
@@ -19,6 +47,16 @@ function fill(container, doc) {
   }
 }
 
+function fillQueue(table, queue) {
+  const selector = 'tr[data-queue="' + CSS.escape(queue.name) + '"]';
+  const row = table.querySelector(selector + ":not([data-activity])");
+  if (row) fill(row, queue);
+  for (const activity of queue.activities || []) {
+    const line = table.querySelector(selector + '[data-activity="' + CSS.escape(activity.name) + '"]');
+    if (line) fill(line, activity);
+  }
+}
+
 async function refresh() {
   for (const table of document.querySelectorAll("[data-api]")) {
     try {
@@ -26,10 +64,7 @@ async function refresh() {
       if (!response.ok) continue;
       const doc = await response.json();
       if (Array.isArray(doc)) {
-        for (const queue of doc) {
-          const row = table.querySelector('tr[data-queue="' + CSS.escape(queue.name) + '"]');
-          if (row) fill(row, queue);
-        }
+        for (const queue of doc) fillQueue(table, queue);
       } else {
         fill(table, doc);
       }
@@ -41,6 +76,15 @@ async function refresh() {
     plot.src = plot.src.split("?")[0] + "?t=" + Date.now();
   }
 }
+
+document.addEventListener("keydown", (event) => {
+  const search = document.getElementById("search");
+  const typing = event.target instanceof HTMLInputElement || event.target instanceof HTMLTextAreaElement;
+  if (event.key === "/" && search && !typing) {
+    event.preventDefault();
+    search.focus();
+  }
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   const every = Number(document.body.dataset.refreshMs) || 2000;
