@@ -112,6 +112,7 @@ from dataq.bandwidth import Bandwidth
 from dataq.checksum import LARGE_FILE_BYTES
 from dataq.errors import ActionError, Retryable
 from dataq.logs import get_logger
+from dataq.ops.documents import TUNING_KEY
 from dataq.record import Record
 
 from .base import Action, ActionContext
@@ -134,8 +135,6 @@ from .rsync import (
 from .transfer_tuner import TransferTuner
 
 NO_DELAY = "--sockopts=TCP_NODELAY"
-TUNING_KEY = "batch_tuning"
-"""The heartbeat's key of the tuner's state, per destination (``dataq-cli --workers --json``)."""
 READ_BATCH = 16
 """Small sources read per trip to a reading thread (a read that hangs, on a stale mount, holds up its batch)."""
 CLOSE_GRACE = 30.0

@@ -139,7 +139,7 @@ async def _save(store: QueueStore, directories: list[WatchOptions], findings: li
         await store.save_audit(f"dir:{root}", {
             "kind": "directory", "directory": root, "site": how.desk.site, "at": round(started, 3),
             "seconds": round(time.time() - started, 3), "files": part.files, "counts": part.counts,
-            "repaired": sum(1 for item in repaired if item.path.startswith(prefix))})
+            "repaired": sum(1 for item in repaired if item.path.startswith(prefix)), **part.kept()})
 
 
 def _unreadable(hashed: list[Hashed], how: DirectoryAudit) -> tuple[list[Finding], list[Hashed]]:

@@ -57,6 +57,10 @@ class Finding:
                 "detail": self.detail}
 
 
+FINDINGS_KEPT = 100
+"""Findings of a target's last audit kept in Redis (a few KB), for the web console to list."""
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """An audit's outcome: every file's class counted, and the findings (files not :data:`GOOD`)."""
@@ -80,6 +84,12 @@ class Report:
 
     def repairable(self) -> list[Finding]:
         return [finding for finding in self.findings if finding.file_class in REPAIRABLE]
+
+    def kept(self) -> dict[str, object]:
+        """What the last audit of a target keeps of its findings for the console: the first
+        :data:`FINDINGS_KEPT`, and how many there were (``dataq audit`` lists them all)."""
+        return {"findings": [finding.as_dict() for finding in self.findings[:FINDINGS_KEPT]],
+                "findings_total": len(self.findings)}
 
 
 def json_lines(report: Report) -> str:

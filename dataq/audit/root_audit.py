@@ -60,7 +60,7 @@ async def audit_root(store: QueueStore, root: str, max_errors: int, how: CopiesA
     report = Report.of([*await _being_stored_again(store, checked, max_errors), *dark])
     result = {"kind": "copies", "root": root, "site": how.site, "at": round(started, 3),
               "seconds": round(time.time() - started, 3), "deep": how.deep, "named": len(state.entries),
-              "files": report.files, "counts": report.counts, "repaired": 0}
+              "files": report.files, "counts": report.counts, "repaired": 0, **report.kept()}
     # Kept before any repair: a repair the brakes refuse leaves what the audit found on record all the same.
     await store.save_audit(target_of(root), result)
     repaired: list[Finding] = []

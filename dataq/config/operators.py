@@ -9,7 +9,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from dataq.addresses import MAX_PORT
+from dataq.addresses import MAX_PORT, parse_host_port
 from dataq.config.loader import Invalid, Section, setting
 
 MAIL_SECURITY_CHOICES = ("none", "starttls", "tls")
@@ -113,9 +113,22 @@ class WebSettings(Section):
     refused, against DNS rebinding): ``localhost``, any IP address and ``host`` always; the machine's names too
     when ``host`` is not loopback. ``.example.org`` is that domain and its subdomains, ``*`` any host. Any port."""
 
+    feeders: tuple[str, ...] = ()
+    """Metrics endpoints (``host:port``) of feeders on other hosts whose spools and links the console shows beside
+    this site's own ``[feed] directories`` (``dataq feed``'s ``metrics_port`` there)."""
+
     def _check(self) -> None:
         if not self.host:
             raise Invalid("host", "key '{key}' must not be empty (use 0.0.0.0 or :: for every interface)")
+        for entry in self.feeders:
+            try:
+                _, port = parse_host_port(entry, 0)
+            except ValueError as exc:
+                raise Invalid("feeders", f"key '{{key}}' holds {exc}") from None
+            if not port:
+                raise Invalid("feeders", f"key '{{key}}' holds {entry!r} without a port: a feeder's metrics "
+                              "endpoint is host:port")
+        object.__setattr__(self, "feeders", tuple(self.feeders))
         if self.token and (len(self.token) < WEB_TOKEN_MIN_LENGTH or any(c.isspace() for c in self.token)):
             raise Invalid("token", f"key '{{key}}' must be at least {WEB_TOKEN_MIN_LENGTH} characters without "
                           "spaces (or empty for a read-only console)")

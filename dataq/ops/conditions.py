@@ -38,6 +38,7 @@ BAD_AUDIT_CLASSES = ("lost", "failed", "never_fed", "missing_copy", "corrupt_cop
 """The classes of an audit's files that count as findings (those of ``DataqAuditFoundFiles``)."""
 ERROR_SHOWN = 160
 """Characters of a destination's last error a condition quotes (the queue page and ``--events`` have it whole)."""
+MINUTE = 60.0
 HOUR = 3600.0
 """The span of a growth (the rule's slope is over an hour), and the most the rates ring keeps."""
 GROWTH_SPAN = 1800.0
@@ -144,6 +145,8 @@ class Vitals:
     """When the oldest record in custody was handed on (None: none is)."""
     replication_problems: Sequence[str] = ()
     audits: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    done_bytes_per_second: float = 0.0
+    """The bytes of the records done over the last minute, per second (shown beside the conditions)."""
 
     @property
     def backlog_age(self) -> float | None:
@@ -220,6 +223,7 @@ async def read_vitals(store: QueueStore, summary: Summary, workers: Sequence[Wor
     now = ring.now
     recent, recent_span, _ = ring.totals(thresholds.stalled_after)
     hour, hour_span, _ = ring.totals(HOUR)
+    minute, minute_span, _ = ring.totals(MINUTE)
     oldest = await store.oldest_pushed()
     problems: list[str] = []
     if store.replication.enabled:
@@ -230,7 +234,8 @@ async def read_vitals(store: QueueStore, summary: Summary, workers: Sequence[Wor
         pushed_hour=hour["pushed"], done_hour=hour["done"], hour_span=hour_span,
         unreachable=unreachable_destinations(workers, summary.active + summary.delayed),
         outside=outside_windows(workers), custody_since=summary.custody_since, replication_problems=problems,
-        audits=await store.audits())
+        audits=await store.audits(),
+        done_bytes_per_second=minute["done_bytes"] / minute_span if minute_span > 0 else 0.0)
 
 
 __all__ = ["Condition", "Found", "Severity", "Vitals", "activity_condition", "conditions_of", "read_vitals",

@@ -21,12 +21,19 @@ from dataq.ops.health import rates
 from dataq.ops.why import WaitCode, Why, why
 from dataq.record import DEFAULT_RULES, parse_line
 from dataq.store import Flag, NameQuery, QueueList, QueueStore, RecordView
+from dataq.web.destinations import destinations
+from dataq.web.feeders import feeders
+from dataq.web.plot import Span, View, backlog_plot, bytes_plot, rate_plot
+from dataq.web.repairs import Repairs
 from dataq.web.search import SEARCH_LIMIT, Search
 
 PAGE_SIZE = 50
 """Records per page of the active and inactive lists."""
 MAX_PAGE_SIZE = 1_000
 EVENTS_SHOWN = 50
+AUDIT_FIELDS: dict[str, Any] = {"at": None, "site": "", "seconds": None, "files": 0, "counts": {}, "repaired": 0,
+                                "findings": [], "findings_total": 0}
+"""What the console shows of an audit, for one kept before findings were (or by an older dataq)."""
 JOURNEY_WITHIN = 5.0
 """Seconds the record page waits for each next site's answer at most (a site down must not hold the page)."""
 MOVES = ("activate", "deactivate", "advance")
@@ -64,6 +71,7 @@ class Console:
         self.settings = settings
         self.stores = dict(stores)
         self.tracers: dict[str, Tracer] = {}
+        self.repairs = Repairs(settings)
 
     def store(self, queue: str) -> QueueStore:
         store = self.stores.get(queue)
@@ -100,7 +108,7 @@ class Console:
         conditions = [item.doc() for item in found]
         return {
             "name": queue, "reachable": True, "state": conditions[0], "conditions": conditions,
-            "backlog_age_seconds": vitals.backlog_age,
+            "backlog_age_seconds": vitals.backlog_age, "done_bytes_per_second": round(vitals.done_bytes_per_second),
             "active": summary.active, "inactive": summary.inactive, "in_flight": summary.in_flight,
             "delayed": summary.delayed, "tracked": summary.tracked, "action": summary.action, "read": summary.read,
             "workers": sum(1 for worker in workers if worker.heartbeat is not None),
@@ -141,11 +149,31 @@ class Console:
         """The latest events, newest first."""
         return [event_doc(event) for event in reversed(await self.store(queue).events(count))]
 
-    async def history(self, queue: str) -> dict[str, Any]:
-        """Counts per 10-second bucket over the last hour, for the rate plots."""
-        ring = await self.store(queue).rate_history()
-        return {"now": ring.now, "since": ring.since,
+    async def history(self, queue: str, span: str = Span.HOUR, activity: str | None = None) -> dict[str, Any]:
+        """Counts per bucket over the last hour (10-second buckets) or day (5-minute ones), for the plots, with
+        the records tracked now (what the records-not-done plot counts back from); with ``activity``, that
+        activity's ring (its done records alone)."""
+        if span not in tuple(Span):
+            raise BadRequest(f"span must be one of {', '.join(Span)}, not {span!r}")
+        store = self.store(queue)
+        if activity is not None and activity not in (await store.summary()).activities:
+            raise NotFound(f"queue {queue!r} has no activity {activity!r}")
+        ring = await (store.rate_history(activity=activity) if span == Span.HOUR else store.day_history(activity))
+        return {"now": ring.now, "since": ring.since, "bucket_seconds": ring.bucket_seconds, "span": span,
+                "tracked": (await store.summary()).tracked,
                 "buckets": [{"start": bucket.start, **bucket.counts} for bucket in ring.buckets]}
+
+    async def plot(self, queue: str, view: str, span: str, activity: str | None = None) -> str:
+        """One plot of the queue (or of one of its activities: its records done) as SVG (:mod:`.plot`)."""
+        if view not in tuple(View):
+            raise BadRequest(f"view must be one of {', '.join(View)}, not {view!r}")
+        history = await self.history(queue, span, activity)
+        buckets, seconds, over = history["buckets"], history["bucket_seconds"], Span(span)
+        if view == View.BYTES:
+            return bytes_plot(buckets, seconds, over)
+        if view == View.BACKLOG:
+            return backlog_plot(buckets, history["tracked"], over)
+        return rate_plot(buckets, seconds, over)
 
     async def record(self, record_id: str, queue: str | None = None) -> dict[str, Any]:
         """What ``dataq-cli --show`` and ``--why`` say, from the queue that tracks the record (or, failing that,
@@ -212,7 +240,29 @@ class Console:
         max_errors = self.settings.queue(queue).max_errors if queue in self.settings.queues else 0
         return await why(self.store(queue), record_id, max_errors)
 
+    async def destinations(self, queue: str) -> list[dict[str, Any]]:
+        """Each destination of the queue: its state, connections, the tuner's last decision, its limits."""
+        settings = self.settings.queue(queue) if queue in self.settings.queues else None
+        return destinations(settings, await self.store(queue).workers())
+
+    async def audits(self, queue: str) -> list[dict[str, Any]]:
+        """The last audit of each directory and storing root of the queue, with its findings kept and the last
+        repair started here."""
+        repairs = self.repairs.of(queue)
+        return [{**AUDIT_FIELDS, **result, "target": target,
+                 "repair": repairs[target].doc() if target in repairs else None}
+                for target, result in sorted((await self.store(queue).audits()).items())]
+
+    async def feeders(self) -> list[dict[str, Any]]:
+        """The feeders reporting to this site (:mod:`.feeders`)."""
+        return [view.doc() for view in await feeders(self.settings)]
+
     # --- the operator's actions ----------------------------------------------------------------------------
+
+    async def repair(self, queue: str, target: str, who: str) -> dict[str, Any]:
+        """Start ``dataq audit --repair`` for one audited target (:mod:`.repairs`)."""
+        run = await self.repairs.start(queue, target, await self.store(queue).audits(), who)
+        return {"queue": queue, "moved": 0, **run.doc()}
 
     async def set_flag(self, queue: str, flag: Flag, on: bool) -> dict[str, Any]:
         await self.store(queue).set_flag(flag, on, who="web")

@@ -33,7 +33,8 @@ from dataq.store import Flag, QueueStore
 from dataq.web.auth import CSRF_FIELD, CSRF_HEADER, SESSION_COOKIE, Guard
 from dataq.web.console import MOVES, BadRequest, Console, NotFound, Page
 from dataq.web.hosts import host_check
-from dataq.web.plot import rate_plot
+from dataq.web.plot import Span, View, byte_rate
+from dataq.web.repairs import RepairRefused
 from dataq.web.search import BadQuery
 
 EXIT_OK = 0
@@ -42,7 +43,7 @@ SHUTDOWN_GRACE = 5.0
 REFRESH_SECONDS = 2
 """How often the pages refresh their numbers."""
 FLAGS = {"action": Flag.ACTION, "read": Flag.READ}
-ACTIONS = (*FLAGS, "redo", *MOVES, "retry", "again")
+ACTIONS = (*FLAGS, "redo", *MOVES, "retry", "again", "repair")
 """What an operator may do to a queue (``POST /api/queues/NAME/ACTION``)."""
 
 log = get_logger()
@@ -63,13 +64,16 @@ def make_app(console: Console, token: str) -> web.Application:
                                      autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
     environment.filters["when"] = when
     environment.filters["duration"] = lambda seconds: "-" if seconds is None else duration(seconds)
+    environment.filters["rate"] = byte_rate
     app[TEMPLATES] = environment
     app.router.add_get("/", _overview)
     app.router.add_get("/queues/{queue}", _queue_page)
     app.router.add_get("/queues/{queue}/rates.svg", _plot)
+    app.router.add_get("/queues/{queue}/plot.svg", _plot)
     app.router.add_post("/queues/{queue}/do", _form_action)
     app.router.add_get("/records/{record}", _record_page)
     app.router.add_get("/search", _search_page)
+    app.router.add_get("/feeders", _feeders_page)
     app.router.add_get("/login", _login_page)
     app.router.add_post("/login", _login)
     app.router.add_post("/logout", _logout)
@@ -84,12 +88,16 @@ def make_app(console: Console, token: str) -> web.Application:
     app.router.add_get("/api/queues/{queue}/active",
                        _api(lambda c, r: c.active(r.match_info["queue"], Page.parse(r.query))))
     app.router.add_get("/api/queues/{queue}/events", _api(lambda c, r: c.events(r.match_info["queue"])))
-    app.router.add_get("/api/queues/{queue}/rates", _api(lambda c, r: c.history(r.match_info["queue"])))
+    app.router.add_get("/api/queues/{queue}/rates",
+                       _api(lambda c, r: c.history(r.match_info["queue"], r.query.get("span", Span.HOUR))))
     app.router.add_get("/api/records/{record}",
                        _api(lambda c, r: c.record(r.match_info["record"], r.query.get("queue"))))
     app.router.add_get("/api/records/{record}/journey",
                        _api(lambda c, r: c.journey(r.match_info["record"], _queue_of(r))))
     app.router.add_get("/api/search", _api(lambda c, r: c.search(r.query.get("q", ""))))
+    app.router.add_get("/api/queues/{queue}/destinations", _api(lambda c, r: c.destinations(r.match_info["queue"])))
+    app.router.add_get("/api/queues/{queue}/audits", _api(lambda c, r: c.audits(r.match_info["queue"])))
+    app.router.add_get("/api/feeders", _api(lambda c, r: c.feeders()))
     app.router.add_post("/api/queues/{queue}/{op}", _api_action)
     return app
 
@@ -103,7 +111,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except DataqError as exc:
-        status = (404 if isinstance(exc, NotFound) else 400 if isinstance(exc, (BadRequest, BadQuery, RangeError))
+        status = (404 if isinstance(exc, NotFound) else 409 if isinstance(exc, RepairRefused)
+                  else 400 if isinstance(exc, (BadRequest, BadQuery, RangeError))
                   else 503 if isinstance(exc, StoreUnavailable) else 500)
         if status == 500:
             log.error("web request failed", path=request.path, error=str(exc))
@@ -170,13 +179,15 @@ async def _act(console: Console, queue: str, op: str, params: Mapping[str, Any],
         result = await console.redo(queue)
     elif op == "retry":
         result = await console.retry(queue, _text(params, "id"))
+    elif op == "repair":
+        result = await console.repair(queue, _text(params, "target"), who)
     elif op == "again":
         result = await console.send_again(queue, _text(params, "id"), _text(params, "path"),
                                           str(params.get("size", "")).strip())
     else:
         result = await console.move(queue, op, _text(params, "first"), _text(params, "last"))
     log.info("operator action from the web console", queue=queue, action=op, who=who,
-             **{k: v for k, v in result.items() if k != "queue"})
+             **{k: v for k, v in result.items() if k not in ("queue", "who", "output")})
     return result
 
 
@@ -201,8 +212,15 @@ def _render(request: web.Request, template: str, **context: Any) -> web.Response
         "X-Content-Type-Options": "nosniff"})
 
 
+def _span(request: web.Request) -> str:
+    span = request.query.get("span", Span.HOUR)
+    if span not in tuple(Span):
+        raise BadRequest(f"span must be one of {', '.join(Span)}, not {span!r}")
+    return span
+
+
 async def _overview(request: web.Request) -> web.StreamResponse:
-    return _render(request, "overview.html", queues=await request.app[CONSOLE].queues())
+    return _render(request, "overview.html", queues=await request.app[CONSOLE].queues(), span=_span(request))
 
 
 async def _queue_page(request: web.Request) -> web.StreamResponse:
@@ -211,7 +229,8 @@ async def _queue_page(request: web.Request) -> web.StreamResponse:
     return _render(request, "queue.html", queue=await console.queue(name), workers=await console.workers(name),
                    inactive=await console.inactive(name, inactive_page), inactive_page=inactive_page,
                    active=await console.active(name, active_page), active_page=active_page,
-                   events=await console.events(name), message=request.query.get("done", ""))
+                   destinations=await console.destinations(name), audits=await console.audits(name),
+                   events=await console.events(name), message=request.query.get("done", ""), span=_span(request))
 
 
 def _prefixed(request: web.Request, prefix: str) -> dict[str, str]:
@@ -238,6 +257,10 @@ def _queue_of(request: web.Request) -> str:
     return queue
 
 
+async def _feeders_page(request: web.Request) -> web.StreamResponse:
+    return _render(request, "feeders.html", feeders=await request.app[CONSOLE].feeders())
+
+
 async def _search_page(request: web.Request) -> web.StreamResponse:
     text = request.query.get("q", "")
     hits = await request.app[CONSOLE].search(text) if text.strip() else []
@@ -245,9 +268,11 @@ async def _search_page(request: web.Request) -> web.StreamResponse:
 
 
 async def _plot(request: web.Request) -> web.StreamResponse:
-    history = await request.app[CONSOLE].history(request.match_info["queue"])
-    return web.Response(text=rate_plot(history["buckets"]), content_type="image/svg+xml",
-                        headers={"Cache-Control": "no-store"})
+    """``rates.svg`` (records per minute over the hour), or ``plot.svg?view=files|bytes|backlog&span=hour|day``."""
+    view = request.query.get("view", View.FILES)
+    svg = await request.app[CONSOLE].plot(request.match_info["queue"], view, request.query.get("span", Span.HOUR),
+                                          request.query.get("activity"))
+    return web.Response(text=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 
 async def _form_action(request: web.Request) -> web.StreamResponse:
@@ -264,7 +289,8 @@ async def _form_action(request: web.Request) -> web.StreamResponse:
             raise BadRequest(f"unknown action {op!r}")
         op, params = name, {"on": state == "on"}
     result = await _act(request.app[CONSOLE], queue, op, params, _who(request, "session"))
-    done = f"{op}: {'on' if result.get('on') else 'off'}" if "flag" in result else f"{op}: {result['moved']} moved"
+    done = (f"{op}: {'on' if result.get('on') else 'off'}" if "flag" in result
+            else f"repair of {result['target']}: started" if op == "repair" else f"{op}: {result['moved']} moved")
     back = str(form.get("back", ""))
     if back.startswith("/records/"):  # the record page the action came from, not some other site
         raise web.HTTPSeeOther(f"{back.split('?', 1)[0]}?{urlencode({'queue': queue, 'done': done})}")
@@ -321,8 +347,8 @@ async def run_web(settings: Settings, *, stop: asyncio.Event | None = None,
         install_stop_signals(stop)
     handle = resolve_redis(settings)
     stores = {name: QueueStore.open(settings, handle.url, name) for name in settings.queues}
-    runner = web.AppRunner(make_app(Console(settings, stores), settings.web.token), access_log=None,
-                           shutdown_timeout=SHUTDOWN_GRACE)
+    console = Console(settings, stores)
+    runner = web.AppRunner(make_app(console, settings.web.token), access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
     try:
         await runner.setup()
         site = web.TCPSite(runner, settings.web.host, settings.web.port)
@@ -337,6 +363,8 @@ async def run_web(settings: Settings, *, stop: asyncio.Event | None = None,
         log.info("web console stopping")
     finally:
         await runner.cleanup()
+        # A repair started here runs in a session of its own: it is given the grace, then finishes alone.
+        await console.repairs.wait(SHUTDOWN_GRACE)
         for store in stores.values():
             await store.close()
     return EXIT_OK

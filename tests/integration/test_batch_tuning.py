@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dataq.actions.network_move import TUNING_KEY, NetworkMoveAction
+from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
 from dataq.config import QueueSettings
+from dataq.ops.documents import TUNING_KEY
 from testbed.actions import action_context
 from testbed.link import LOOPBACK, Link
 from testbed.rsync import RsyncDaemon

@@ -27,8 +27,12 @@ async def test_pushes_duplicates_acks_and_failures_are_counted_in_the_current_bu
 
     history = await store.rate_history(30)
     counts, _, complete = history.totals(30)
-    assert counts == {"pushed": 10, "duplicate": 1, "done": 3, "failed": 2}
+    done_bytes = sum(record.size for record in claim.records[:3])
+    assert counts == {"pushed": 10, "duplicate": 1, "done": 3, "failed": 2, "done_bytes": done_bytes}
     assert complete and history.since == 0  # a new queue: the ring counted it from its first record
+    day = await store.day_history()
+    assert day.bucket_seconds == 300 and len(day.buckets) == 288
+    assert day.totals(600)[0] == counts, "the day's ring counts the same, in buckets of 5 minutes"
     # The monotonic totals are kept by the same call, so they can never disagree with the ring.
     assert await store.counters() == {"pushed": 10, "duplicate": 1, "done": 3, "failed": 2, "claimed": 5,
                                       "deactivated": 2}
@@ -63,7 +67,7 @@ async def test_a_slot_left_from_an_hour_ago_counts_nothing_now_and_is_emptied_wh
     assert len(reused) == 1
     slot = reused[0] % RATE_SLOTS
     assert {kind: ring.get(f"{kind}:{slot}") for kind in RATE_KINDS} == {
-        "pushed": "2", "duplicate": None, "done": None, "failed": None}
+        "pushed": "2", "duplicate": None, "done": None, "failed": None, "done_bytes": None}
 
 
 async def test_a_queue_older_than_its_ring_says_the_rates_cover_only_since_the_ring_began(store: QueueStore) -> None:

@@ -44,7 +44,7 @@ def test_the_site_holds_every_page_and_the_console_screenshot(site: Path) -> Non
     assert {"getting-started", "concepts", "operating/cli", "operating/web-console", "operating/systemd",
             "operating/monitoring", "feeding", "ha", "archive", "actions", "custody", "performance",
             "reference/configuration", "reference/benchmark-results"} <= pages
-    for view in ("overview", "search", "journey", "unreachable"):
+    for view in ("overview", "states", "unreachable", "search", "journey", "record", "audit", "feeders"):
         assert (site / f"console-{view}.png").is_file(), view
     assert not (site / "hooks").exists()  # the build's own code is not published
 

@@ -7,12 +7,12 @@ import re
 from importlib import resources
 
 from dataq.store.connection import SCRIPT_NAMES, script_source
-from dataq.store.rate_ring import RATE_BUCKET_SECONDS, RATE_SLOTS, lua_constants
+from dataq.store.rate_ring import DAY_BUCKET_SECONDS, DAY_SLOTS, RATE_BUCKET_SECONDS, RATE_SLOTS, lua_constants
 from dataq.store.rates import RateBucket, RateHistory
 
 
 def bucket(start: float, pushed: int = 0, done: int = 0) -> RateBucket:
-    return RateBucket(start, {"pushed": pushed, "duplicate": 0, "done": done, "failed": 0})
+    return RateBucket(start, {"pushed": pushed, "duplicate": 0, "done": done, "failed": 0, "done_bytes": 100 * done})
 
 
 def history(now: float, since: float = 0.0) -> RateHistory:
@@ -23,7 +23,7 @@ def history(now: float, since: float = 0.0) -> RateHistory:
 
 def test_the_last_minute_is_the_current_bucket_so_far_and_the_five_before_it() -> None:
     counts, covered, complete = history(now=1_000_004.0).totals(60)
-    assert counts == {"pushed": 60, "duplicate": 0, "done": 6, "failed": 0}
+    assert counts == {"pushed": 60, "duplicate": 0, "done": 6, "failed": 0, "done_bytes": 600}
     assert covered == 54.0 and complete
 
 
@@ -45,5 +45,8 @@ def test_the_lua_library_counts_in_the_buckets_and_kinds_the_store_reads() -> No
     for name in SCRIPT_NAMES:
         source = script_source(name)
         assert source.startswith(lua_constants()) and source.count("local RATE_") == 2
+        assert source.count("local DAY_") == 1
     assert lua_constants() == (f"local RATE_BUCKET_SECONDS, RATE_SLOTS = {RATE_BUCKET_SECONDS}, {RATE_SLOTS}\n"
-                               "local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed' }")
+                               f"local DAY_BUCKET_SECONDS, DAY_SLOTS, DAY_PREFIX = {DAY_BUCKET_SECONDS}, "
+                               f"{DAY_SLOTS}, 'd:'\n"
+                               "local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed', 'done_bytes' }")

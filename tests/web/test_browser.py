@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -78,7 +78,9 @@ def cell(driver: WebDriver, queue: str, field: str) -> str:
 
 
 def wait(driver: WebDriver, condition: object, what: str) -> None:
-    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(condition, message=f"timed out waiting for {what}")
+    # A cell the live refresh redrew between finding it and reading it is looked for again.
+    WebDriverWait(driver, WAIT, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition, message=f"timed out waiting for {what}")
 
 
 def open_when_served(driver: WebDriver, url: str) -> None:

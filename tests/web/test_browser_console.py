@@ -10,27 +10,34 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from dataq.embedded.redis_server import free_port
 from dataq.feed.client import Feeder
+from dataq.record import Record
+from dataq.store import CustodyEntry, Flag, QueueStore
 from testbed.cascade import Cascade
 from testbed.waits import eventually
 from tests.cascade_support import FAST, archived, feed, make_sources
+from tests.e2e.test_suite import stop_suite
 from tests.helpers import checksum_of, make_records
 from tests.pop_support import daemon_env
-from tests.web.conftest import TOKEN
+from tests.web.conftest import TOKEN, WORKER
 from tests.web.test_browser import DATAQ, FAILING, browser, open_when_served, suite, wait
 
 __all__ = ["browser", "suite"]  # the fixtures this module uses from the first browser test's
 
 SCREENSHOTS_ENV = "DATAQ_CONSOLE_SCREENSHOTS"
+VALLEY = "rsync://valley.example:873/incoming"
 
 
 def shots(tmp_path: Path) -> Path:
@@ -45,8 +52,15 @@ def snap(driver: WebDriver, directory: Path, name: str) -> None:
 
 
 def state_of(driver: WebDriver, queue: str) -> str:
-    return driver.find_element(
-        By.CSS_SELECTOR, f'tr[data-queue="{queue}"]:not([data-activity]) [data-field="state"] .state').text
+    found: list[str] = []
+
+    def read(d: WebDriver) -> bool:
+        found[:] = [d.find_element(
+            By.CSS_SELECTOR, f'tr[data-queue="{queue}"]:not([data-activity]) [data-field="state"] .state').text]
+        return True
+
+    wait(driver, read, f"{queue}'s state")
+    return found[0]
 
 
 def search(driver: WebDriver, text: str) -> list[tuple[str, str]]:
@@ -56,10 +70,22 @@ def search(driver: WebDriver, text: str) -> list[tuple[str, str]]:
     assert box.get_attribute("id") == "search", "'/' puts the cursor in the search box"
     box.clear()
     box.send_keys(text, Keys.ENTER)
-    wait(driver, lambda d: d.find_elements(By.ID, "hits"), f"the search for {text}")
-    rows = driver.find_elements(By.CSS_SELECTOR, "#hits tr[data-record]")
-    return [(row.find_elements(By.TAG_NAME, "td")[2].text, row.find_elements(By.TAG_NAME, "td")[1].text)
-            for row in rows]
+    found: list[tuple[str, str]] = []
+
+    def answered(driver: WebDriver) -> bool:
+        # This search's page (a page of an earlier search has its hits too), read whole before it is replaced.
+        if parse_qs(urlparse(driver.current_url).query).get("q") != [text]:
+            return False
+        try:
+            rows = driver.find_elements(By.CSS_SELECTOR, "#hits tr[data-record]")
+            found[:] = [(row.find_elements(By.TAG_NAME, "td")[2].text, row.find_elements(By.TAG_NAME, "td")[1].text)
+                        for row in rows]
+            return bool(driver.find_elements(By.ID, "hits"))
+        except StaleElementReferenceException:
+            return False
+
+    wait(driver, answered, f"the search for {text}")
+    return found
 
 
 def log_in(driver: WebDriver, url: str) -> None:
@@ -171,3 +197,146 @@ def test_a_file_is_followed_across_a_two_site_chain_and_a_site_down_turns_the_qu
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="transfer"]').get_attribute("class") == \
         "severity-page"
     snap(browser, directory, "unreachable")
+
+
+@pytest.fixture
+def watching_site(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
+    """``dataq run`` with a watched directory (its feeder started by the suite, its metrics on a free port) and a
+    queue whose action fails: (console URL, the watched directory, the settings file)."""
+    web_port, push_port, data_dir = free_port(), free_port(), tmp_path / "data"
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    config = tmp_path / "dataq.toml"
+    config.write_text("\n".join([
+        f'data_dir = "{data_dir}"', "[log]", f'dir = "{tmp_path / "log"}"', 'level = "warning"',
+        "[push]", f"port = {push_port}", "[metrics]", "push_port = 0", "pop_port = 0",
+        "[feed]", f'directories = ["{incoming}"]', f"metrics_port = {free_port()}", "settle = 0.2",
+        "[web]", f"port = {web_port}", f'token = "{TOKEN}"',
+        "[queues.transfer]", 'actions = ["fail"]', "max_errors = 0",
+        "[queues.transfer.fail]", 'message = "disk full at the archive"',
+    ]) + "\n")
+    process = subprocess.Popen([*DATAQ, "run", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
+                               stderr=subprocess.PIPE)
+    try:
+        yield f"http://127.0.0.1:{web_port}", incoming, config
+    finally:
+        stop_suite(process, 15, data_dir)
+
+
+@pytest.mark.timeout(180)
+def test_an_audits_findings_are_repaired_from_the_queue_page_and_the_feeders_page_shows_the_spool(
+        browser: WebDriver, watching_site: tuple[str, Path, Path], tmp_path: Path) -> None:
+    url, incoming, config = watching_site
+    directory = shots(tmp_path)
+    open_when_served(browser, url + "/")
+    (incoming / "obs_0001.fits").write_bytes(b"photons")
+    browser.get(url + "/feeders")
+
+    def fed(driver: WebDriver) -> bool:
+        driver.refresh()
+        cells = driver.find_elements(By.CSS_SELECTOR, '#feeders [data-field="connected"]')
+        return bool(cells) and cells[0].text == "yes" and "ago" in driver.find_element(By.ID, "feeders").text
+
+    wait(browser, fed, "the feeder connected, its file acknowledged")
+    snap(browser, directory, "feeders")
+
+    night = tmp_path / "night"  # written while no feeder watched it
+    make_sources(night, 2)
+    audit = subprocess.run([*DATAQ, "audit", "--config", str(config), "--queue", "transfer", str(night)],
+                           env={**daemon_env(), "HOME": str(tmp_path)}, capture_output=True, timeout=60, check=False)
+    assert audit.returncode == 1, audit.stderr.decode()
+    log_in(browser, url)
+    browser.get(url + "/queues/transfer")
+    section = browser.find_element(By.ID, "audits")
+    assert "2 never fed" in section.text and str(night / "c4d_00000.fits") in section.text
+    browser.find_element(By.ID, "repair-1").click()
+    wait(browser, lambda d: f"repair of dir:{night}: started" in d.find_element(By.ID, "message").text,
+         "the repair to start")
+
+    def repaired(driver: WebDriver) -> bool:
+        driver.get(url + "/queues/transfer")
+        return "ended with status 1" in driver.find_element(By.ID, "audits").text
+
+    wait(browser, repaired, "the repair's outcome")
+    assert "2 repaired" in browser.find_element(By.ID, "audits").text
+    snap(browser, directory, "audit")
+
+
+SCENARIOS = ("steady", "nobody", "failing", "cut_off", "night_only", "unconfirmed", "audited", "paused")
+"""One queue per scenario, each set up so that it shows the state its name suggests."""
+
+
+async def set_up_scenarios(redis_url: str) -> None:
+    now = time.time()
+    stores = {name: QueueStore.from_url(redis_url, name) for name in SCENARIOS}
+    try:
+        for name, store in stores.items():
+            records = [Record(f"/data/{name}/obs_{n:04d}.fits", checksum_of(n + 100 * SCENARIOS.index(name)), 100)
+                       for n in range(3)]
+            if name in ("nobody", "failing", "cut_off", "paused"):  # records waiting: the others would be stalled
+                await store.push_batch(records, "test")
+            if name in ("failing", "cut_off", "night_only"):
+                beat: dict[str, object] = {}
+                if name == "cut_off":
+                    beat["unreachable"] = [{"destination": VALLEY, "since": now - 600, "error": "connection refused"}]
+                if name == "night_only":
+                    beat["outside_window"] = [{"destination": VALLEY, "windows": "19:00-07:00", "opens": now + 3600}]
+                await store.heartbeat(WORKER, {"role": "pop", "host": "host-1", "pid": 1}, beat, ttl=600)
+            if name == "failing":
+                claim = await store.claim(WORKER, 3)
+                await store.fail(WORKER, [(r.id, "disk full") for r in claim.records], max_errors=0)
+            if name == "unconfirmed":
+                await store.keep([CustodyEntry(records[0], "valley:9988", now - 30)], first_ask=now, now=now - 30)
+            if name == "audited":
+                await store.save_audit("dir:/data/audited", {"at": now, "counts": {"arrived": 9, "never_fed": 2}})
+            if name == "paused":
+                await store.set_flag(Flag.ACTION, False)
+    finally:
+        for store in stores.values():
+            await store.close()
+
+
+@pytest.fixture
+def scenarios(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """``dataq web`` over queues in every state a test can bring about in seconds (thresholds of a second)."""
+    asyncio.run(set_up_scenarios(redis_url))
+    port = free_port()
+    config = tmp_path / "dataq.toml"
+    config.write_text("\n".join([
+        f'data_dir = "{tmp_path / "data"}"', "[redis]", f'url = "{redis_url}"', "[metrics]", "enabled = false",
+        "[web]", f"port = {port}", "[health]", "backlog_old = 1.0", "stalled_after = 1.0", "receipts_overdue = 1.0",
+        *(f"[queues.{name}]\npush_port = {free_port()}" for name in SCENARIOS)]) + "\n")
+    web = subprocess.Popen([*DATAQ, "web", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
+                           stderr=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_each_state_is_shown_in_words_and_colour_for_the_scenario_that_causes_it(
+        browser: WebDriver, scenarios: str, tmp_path: Path) -> None:
+    time.sleep(1.1)  # the thresholds' second: the unattended backlogs are now late and stalled
+    open_when_served(browser, scenarios + "/")
+    expected = {"steady": ("healthy", "ok"), "nobody": ("stalled", "page"),
+                "failing": ("inactive records", "ticket"), "cut_off": ("destination unreachable", "page"),
+                "night_only": ("outside window", "info"), "unconfirmed": ("receipts overdue", "ticket"),
+                "audited": ("audit found files", "ticket"), "paused": ("paused", "info")}
+
+    def shown(driver: WebDriver) -> dict[str, tuple[str, str]]:
+        found = {}
+        for name in SCENARIOS:
+            try:
+                badge = driver.find_element(
+                    By.CSS_SELECTOR, f'tr[data-queue="{name}"]:not([data-activity]) [data-field="state"] .state')
+                found[name] = (badge.text, (badge.get_attribute("class") or "").split("state-")[-1])
+            except StaleElementReferenceException:  # redrawn by the live refresh meanwhile: look again
+                return {}
+        return found
+
+    wait(browser, lambda d: shown(d) == expected, "every queue's state")
+    nobody = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="nobody"]').text
+    assert "none done for 1 s" in nobody and "the next record to run has waited" in nobody
+    snap(browser, shots(tmp_path), "states")

@@ -12,9 +12,10 @@ from dataq.activities import Activity, Plan
 from dataq.config import load_settings
 from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList, QueueStore
 from dataq.web.console import Console
+from dataq.web.plot import not_done
 from dataq.web.server import make_app
 from tests.helpers import make_records
-from tests.web.conftest import TOKEN, Web
+from tests.web.conftest import TOKEN, WORKER, Web
 from tests.web.test_api import fail_once
 
 
@@ -43,8 +44,37 @@ async def test_the_overview_shows_every_queue_with_its_counts_flags_and_a_rate_p
     assert '<span data-field="active">7</span>' in row and '<span data-field="action" class="flag">on</span>' in row
     ingest = html[html.index('data-queue="ingest"'):]
     assert '<span data-field="read" class="flag">off</span>' in ingest
-    assert 'src="/queues/transfer/rates.svg"' in html and 'src="/queues/ingest/rates.svg"' in html
+    for queue in ("transfer", "ingest"):
+        for view in ("files", "bytes", "backlog"):
+            assert f'src="/queues/{queue}/plot.svg?view={view}&amp;span=hour"' in html
     assert "operator login" in html and "https://" not in html  # nothing fetched from elsewhere
+
+
+async def test_bytes_done_and_records_not_done_are_plotted_over_the_hour_or_the_day(web: Web) -> None:
+    records = make_records(30)
+    await web.transfer.push_batch(records, "test")
+    await web.transfer.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+    claim = await web.transfer.claim(WORKER, 10)
+    await web.transfer.ack(WORKER, [(record.id, "ok") for record in claim.records])
+    # About 100 kB done: 10 kB/s in a 10-second bucket, 330 B/s in a 5-minute one.
+    for span, points, unit in (("hour", 360, "kB/s"), ("day", 288, "B/s")):
+        svg = await page(web, f"/queues/transfer/plot.svg?view=bytes&span={span}")
+        assert svg.startswith("<svg") and f"over the last {span}" in svg
+        line = re.search(rf'class="series-done {unit}"[^>]* points="([^"]+)"', svg)
+        assert line is not None and len(line[1].split()) == points
+        backlog = await page(web, f"/queues/transfer/plot.svg?view=backlog&span={span}")
+        levels = re.search(r'class="series-not done"[^>]* points="([^"]+)"', backlog)
+        assert levels is not None and len(levels[1].split()) == points
+    history = await (await web.client.get("/api/queues/transfer/rates?span=day")).json()
+    assert history["bucket_seconds"] == 300 and history["tracked"] == 20
+    assert sum(bucket["done_bytes"] for bucket in history["buckets"]) == sum(r.size for r in claim.records)
+    assert "span must be one of hour, day" in await page(web, "/queues/transfer/plot.svg?span=week", 400)
+    assert "view must be one of files, bytes, backlog" in await page(web, "/queues/transfer/plot.svg?view=x", 400)
+
+
+def test_records_not_done_are_counted_back_from_now() -> None:
+    buckets = [{"pushed": 10, "done": 0}, {"pushed": 0, "done": 4}, {"pushed": 5, "done": 5}]
+    assert not_done(buckets, 6) == [10.0, 6.0, 6.0]
 
 
 async def test_the_rate_plot_is_an_svg_of_the_last_hour(web: Web) -> None:
@@ -187,6 +217,11 @@ async def test_the_queue_page_shows_each_activity_with_its_backlog_done_records_
         assert '<tr data-activity="express"><td>express</td><td>0</td><td>0</td>' in activities
         assert '<tr data-activity="backfill"><td>backfill</td><td>3</td><td>0</td><td>0.0</td>' in activities
         assert "no pop daemon of the queue is running" in activities
+        assert 'src="/queues/transfer/plot.svg?view=files&amp;span=hour&amp;activity=backfill"' in activities
+        svg = await (await client.get("/queues/transfer/plot.svg?view=files&span=day&activity=backfill")).text()
+        assert svg.startswith("<svg") and "over the last day" in svg
+        missing = await client.get("/queues/transfer/plot.svg?activity=nosuch")
+        assert missing.status == 404 and "no activity 'nosuch'" in await missing.text()
         api = await (await client.get("/api/queues/transfer")).json()
         assert [(a["name"], a["active"]) for a in api["activities"]] == [("express", 0), ("default", 2),
                                                                        ("backfill", 3)]

@@ -13,6 +13,7 @@
 -- ARGV[4] the records' digests (16 bytes each, in order)   ARGV[5] now (ms)   ARGV[6] when the current
 -- generation's shards expire (ms since the epoch); 0: remember nothing (remember_done = 0)
 -- ARGV[7] the named activities, joined by newlines ('' without activities: nothing is counted per activity)
+-- Counts 'done' in the counters and the rates ring, and the records' bytes ('done_bytes') in the ring alone.
 -- return: status string with one char per record, '1' acknowledged or '0' not owned
 local processing, records, errors, lasterror, crashes, events, counters, rates =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -53,9 +54,17 @@ if ARGV[7] ~= '' then
     ring_of[name] = KEYS[rings + n]
   end
 end
-for first = 1, (expires == '0' and not per_activity) and 0 or #done, 1000 do
+-- The bytes done, from each stored value's size (path NUL size NUL ...), for the rates ring's plots.
+local bytes, find = 0, string.find
+for first = 1, #done, 1000 do
   local last = math.min(first + 999, #done)
   local values = redis.call('HMGET', records, unpack(done, first, last))
+  for j = 1, last - first + 1 do
+    local value = values[j]
+    local cut = value and find(value, '\0', 1, true)
+    local after = cut and find(value, '\0', cut + 1, true)
+    if after then bytes = bytes + (tonumber(sub(value, cut + 1, after - 1)) or 0) end
+  end
   for j = first, expires == '0' and 0 or last do
     local value, wait = values[j - first + 1], 0
     local pushed_us = value and tonumber(stored_push_time(value))
@@ -92,4 +101,5 @@ end
 -- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
 if maxlen > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
 tally(counters, rates, 'done', #done)
+if bytes > 0 then count_in_ring(rates, 'done_bytes', bytes, function() return 0 end) end
 return table.concat(status)

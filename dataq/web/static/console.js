@@ -11,6 +11,13 @@ function duration(seconds) {
   return (seconds / 86400).toFixed(1) + " d";
 }
 
+function byteRate(perSecond) {
+  // As the page's own filter (plot.byte_rate) says it.
+  const scales = [[1e9, "GB"], [1e6, "MB"], [1e3, "kB"], [1, "B"]];
+  const [scale, unit] = scales.find(([s]) => perSecond >= s) || scales[scales.length - 1];
+  return (perSecond / scale).toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }) + " " + unit + "/s";
+}
+
 function showState(cell, state) {
   // A state as the template draws it: its words in a span coloured by its severity.
   const span = document.createElement("span");
@@ -30,6 +37,7 @@ function show(cell, value) {
     cell.textContent = wrong.length ? wrong.join("; ") : "-";
     return;
   }
+  if (field === "done_bytes_per_second") { cell.textContent = byteRate(value); return; }
   if (field.endsWith("_seconds")) { cell.textContent = duration(value); return; }
   if (typeof value === "boolean") { cell.textContent = value ? "on" : "off"; return; }
   if (typeof value === "number" && field.endsWith("_per_minute")) { cell.textContent = value.toFixed(1); return; }
@@ -73,7 +81,9 @@ async function refresh() {
     }
   }
   for (const plot of document.querySelectorAll("img.live-plot")) {
-    plot.src = plot.src.split("?")[0] + "?t=" + Date.now();
+    const url = new URL(plot.src);  // its view and span kept, a fresh copy asked for
+    url.searchParams.set("t", String(Date.now()));
+    plot.src = url.toString();
   }
 }
 
