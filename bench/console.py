@@ -6,7 +6,7 @@ Starts a private redis-server (fsync every second) in a temporary directory and 
 newest of them); a pop daemon's heartbeat, a thousand records processed and a few gone inactive make the other
 views non-empty. Then the console runs in this process (aiohttp, as ``dataq web`` serves it), and each view is
 fetched ``--runs`` times (20), the views interleaved: the overview page and its JSON, a queue's page, a search by
-file name, by a glob with a literal start and by one that starts with a wildcard, and a record's page. With
+file name, by a glob with a literal start and by one that starts with a wildcard, a record's page, and plots. With
 ``slowlog-log-slower-than 1000`` set and the slow log reset before the runs, every command of 1 ms or more that
 Redis ran meanwhile is listed (the target: none).
 
@@ -68,6 +68,9 @@ async def run(records: int, runs: int) -> None:
         "search by glob obs_0099999*": f"/api/search?q=obs_{newest // 10:07d}*",
         "search by glob *7.fits": "/api/search?q=*7.fits",
         "record page": f"/records/{record(newest).checksum}?queue={QUEUE}",
+        "plot of records, last hour": f"/queues/{QUEUE}/plot.svg?view=files&span=hour",
+        "plot of bytes, last day": f"/queues/{QUEUE}/plot.svg?view=bytes&span=day",
+        "plot of the next record's wait, last day": f"/queues/{QUEUE}/plot.svg?view=age&span=day",
     }
     with tempfile.TemporaryDirectory(prefix="dataq-bench-") as tmp:
         workdir = Path(tmp)

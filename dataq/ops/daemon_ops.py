@@ -6,6 +6,7 @@ hold one :class:`DaemonOps`, and start its loops under their own supervisor.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from dataq.config import Settings
@@ -67,11 +68,18 @@ class DaemonOps:
             supervisor.start("watchdog", lambda: systemd.run_watchdog(interval, until, liveness), until=until)
 
     async def _probe(self, store: QueueStore) -> str | None:
-        """Why Redis cannot be read now (None: it can); with metrics served, the read refreshes their gauges."""
-        if self.settings.metrics.enabled:
-            return await self.metrics.refresh(store)
+        """Why Redis cannot be read now (None: it can); with metrics served, the read refreshes their gauges. A pop
+        daemon also notes how long the next record has waited, for the console's plot of the backlog's age."""
         try:
-            await store.ping()
+            if self.settings.metrics.enabled:
+                error = await self.metrics.refresh(store)
+                if error is not None:
+                    return error
+            else:
+                await store.ping()
+            if self.role == "pop":
+                oldest = (await store.oldest_pushed()).get("active")
+                await store.note_backlog_age(0.0 if oldest is None else time.time() - oldest)
         except StoreUnavailable as exc:
             return str(exc)
         return None

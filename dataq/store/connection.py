@@ -49,6 +49,7 @@ SCRIPT_NAMES = (
     "custody_step",
     "receipts",
     "adopt",
+    "sample_age",
 )
 SCRIPT_LIBRARIES = ("rates", "stored", "activities")
 """The files of ``lua/lib/`` put before every script, in this order."""

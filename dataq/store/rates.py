@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dataq.store.base import StoreBase
 from dataq.store.connection import translated
 from dataq.store.rate_ring import (
+    COUNTS,
     DAY_BUCKET_SECONDS,
     DAY_PREFIX,
     DAY_SLOTS,
+    LEVELS,
     RATE_BUCKET_SECONDS,
     RATE_KINDS,
     RATE_SLOTS,
@@ -31,7 +33,9 @@ class RateBucket:
     start: float
     """Server time (s) at which the bucket began; it ends :data:`RATE_BUCKET_SECONDS` later."""
     counts: Mapping[str, int]
-    """Per kind of :data:`RATE_KINDS`."""
+    """Per kind of :data:`COUNTS`."""
+    levels: Mapping[str, int | None] = field(default_factory=dict)
+    """Per kind of :data:`LEVELS`: the last sample within the bucket (None: none was taken)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,7 @@ class RateHistory:
         """Counts over the buckets that cover the last ``seconds`` (the current one as far as it has run), the
         seconds they span, and whether the ring counted all of that span."""
         first = self.now - seconds + self.bucket_seconds
-        counts = dict.fromkeys(RATE_KINDS, 0)
+        counts = dict.fromkeys(COUNTS, 0)
         start = self.now
         for bucket in self.buckets:
             if bucket.start + self.bucket_seconds > first:
@@ -112,9 +116,17 @@ class RateOps(StoreBase):
             stamp, *kinds = values[1 + index * stride : 1 + (index + 1) * stride]
             # A slot that still holds an older bucket (a ring's length ago) counts nothing of this one.
             fresh = stamp is not None and int(stamp) == bucket
-            counts = {kind: int(n) if fresh and n is not None else 0 for kind, n in zip(RATE_KINDS, kinds, strict=True)}
-            found.append(RateBucket(float(bucket * bucket_seconds), counts))
+            read = {kind: int(n) for kind, n in zip(RATE_KINDS, kinds, strict=True) if fresh and n is not None}
+            counts = {kind: read.get(kind, 0) for kind in COUNTS}
+            levels = {kind: read.get(kind) for kind in LEVELS}
+            found.append(RateBucket(float(bucket * bucket_seconds), counts, levels))
         return RateHistory(now, since, tuple(found), bucket_seconds)
+
+    @translated
+    async def note_backlog_age(self, seconds: float) -> None:
+        """Note in the rates ring how long the next record to run has waited (0: none waits), for the console's
+        plot of the backlog's age: the last note of a bucket stands for it."""
+        await self._script("sample_age", [self.keys.rates], [round(max(0.0, seconds))])
 
     async def _server_time(self) -> float:
         seconds, microseconds = await self.r.time()

@@ -23,7 +23,7 @@ from dataq.record import DEFAULT_RULES, parse_line
 from dataq.store import Flag, NameQuery, QueueList, QueueStore, RecordView
 from dataq.web.destinations import destinations
 from dataq.web.feeders import feeders
-from dataq.web.plot import Span, View, backlog_plot, bytes_plot, rate_plot
+from dataq.web.plot import Span, View, age_plot, backlog_plot, bytes_plot, rate_plot
 from dataq.web.repairs import Repairs
 from dataq.web.search import SEARCH_LIMIT, Search
 
@@ -161,7 +161,7 @@ class Console:
         ring = await (store.rate_history(activity=activity) if span == Span.HOUR else store.day_history(activity))
         return {"now": ring.now, "since": ring.since, "bucket_seconds": ring.bucket_seconds, "span": span,
                 "tracked": (await store.summary()).tracked,
-                "buckets": [{"start": bucket.start, **bucket.counts} for bucket in ring.buckets]}
+                "buckets": [{"start": bucket.start, **bucket.counts, **bucket.levels} for bucket in ring.buckets]}
 
     async def plot(self, queue: str, view: str, span: str, activity: str | None = None) -> str:
         """One plot of the queue (or of one of its activities: its records done) as SVG (:mod:`.plot`)."""
@@ -173,6 +173,8 @@ class Console:
             return bytes_plot(buckets, seconds, over)
         if view == View.BACKLOG:
             return backlog_plot(buckets, history["tracked"], over)
+        if view == View.AGE:
+            return age_plot(buckets, over)
         return rate_plot(buckets, seconds, over)
 
     async def record(self, record_id: str, queue: str | None = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The console's plots: inline SVG drawn on the server from the rates ring (no chart library, nothing fetched by the
 browser), over the last hour (10-second buckets) or day (5-minute buckets).
 
-Three views of a queue: its records per minute (pushed, done, failed), its bytes done per second, and its records
-not yet done. The last is drawn from the counts, backwards from now: at the end of each bucket, the records tracked
-now less those pushed since, plus those done since (exact but for records an operator cleared).
+Four views of a queue: its records per minute (pushed, done, failed), its bytes done per second, its records not
+yet done, and how long its next record to run had waited (sampled by the pop daemons into the ring). Records not
+yet done are drawn from the counts, backwards from now: at the end of each bucket, the records tracked now less
+those pushed since, plus those done since (exact but for records an operator cleared).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ SERIES = (("pushed", "#3465a4"), ("done", "#4e9a06"), ("failed", "#cc0000"))
 """Each plotted kind of records and its colour."""
 BYTES_COLOUR = "#75507b"
 BACKLOG_COLOUR = "#c4a000"
+AGE_COLOUR = "#ce5c00"
+DURATIONS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"))
 SCALES = ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
 
 
@@ -25,6 +28,7 @@ class View(enum.StrEnum):
     FILES = "files"
     BYTES = "bytes"
     BACKLOG = "backlog"
+    AGE = "age"
 
 
 class Span(enum.StrEnum):
@@ -45,15 +49,15 @@ def _svg(series: Sequence[tuple[str, str, Sequence[float]]], top_label: str, spa
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="rates" viewBox="0 0 {WIDTH} {HEIGHT}" '
              f'role="img" aria-label="{escape(title)}">',
              f'<rect x="{MARGIN}" y="{MARGIN}" width="{inner_w}" height="{inner_h}" fill="none" stroke="#ccc"/>',
-             f'<text x="{MARGIN}" y="{MARGIN - 8}" font-size="11">{escape(top_label.format(top=top))}</text>',
-             f'<text x="{MARGIN}" y="{HEIGHT - MARGIN + 14}" font-size="11">{span.words}</text>',
-             f'<text x="{WIDTH - MARGIN}" y="{HEIGHT - MARGIN + 14}" font-size="11" text-anchor="end">now</text>']
+             f'<text x="{MARGIN}" y="{MARGIN - 8}" font-size="13">{escape(top_label.format(top=top))}</text>',
+             f'<text x="{MARGIN}" y="{HEIGHT - MARGIN + 14}" font-size="13">{span.words}</text>',
+             f'<text x="{WIDTH - MARGIN}" y="{HEIGHT - MARGIN + 14}" font-size="13" text-anchor="end">now</text>']
     for index, (name, colour, values) in enumerate(series):
         points = " ".join(f"{MARGIN + i * step:.1f},{MARGIN + inner_h - value / top * inner_h:.1f}"
                           for i, value in enumerate(values))
         parts.append(f'<polyline class="series-{escape(name)}" fill="none" stroke="{colour}" stroke-width="1.5" '
                      f'points="{points}"/>')
-        parts.append(f'<text x="{MARGIN + 90 * index + 110}" y="{MARGIN - 8}" font-size="11" fill="{colour}">'
+        parts.append(f'<text x="{MARGIN + 90 * index + 110}" y="{MARGIN - 8}" font-size="13" fill="{colour}">'
                      f'{escape(name)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -99,4 +103,23 @@ def backlog_plot(buckets: Sequence[Mapping[str, Any]], tracked_now: int, span: S
                 f"records not yet done over the last {span.value}")
 
 
-__all__ = ["Span", "View", "backlog_plot", "byte_rate", "bytes_plot", "not_done", "rate_plot"]
+def waited(buckets: Sequence[Mapping[str, Any]]) -> list[float]:
+    """How long the next record had waited, per bucket: its last sample, or the one before where a bucket has
+    none (a pop daemon samples it every second or so; none ran: 0)."""
+    values, last = [], 0.0
+    for bucket in buckets:
+        sample = bucket.get("backlog_age")
+        last = float(sample) if sample is not None else last
+        values.append(last)
+    return values
+
+
+def age_plot(buckets: Sequence[Mapping[str, Any]], span: Span) -> str:
+    """How long the next record to run had waited, in the unit that suits the longest."""
+    values = waited(buckets)
+    scale, unit = next(((s, u) for s, u in DURATIONS if max(values, default=0.0) >= s), DURATIONS[-1])
+    return _svg([("next record waited", AGE_COLOUR, [value / scale for value in values])], "{top:,.1f} " + unit,
+                span, f"how long the next record had waited over the last {span.value}")
+
+
+__all__ = ["Span", "View", "age_plot", "backlog_plot", "byte_rate", "bytes_plot", "not_done", "rate_plot", "waited"]

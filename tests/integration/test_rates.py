@@ -4,7 +4,7 @@ the last minute (``--summary``, the metrics) and the last hour (rate plots) read
 from __future__ import annotations
 
 from dataq.store import RATE_KINDS, QueueStore
-from dataq.store.rate_ring import RATE_BUCKET_SECONDS, RATE_SLOTS
+from dataq.store.rate_ring import COUNTS, RATE_BUCKET_SECONDS, RATE_SLOTS
 from dataq.store.rates import HISTORY_SECONDS
 from tests.helpers import make_records
 
@@ -59,7 +59,9 @@ async def test_a_slot_left_from_an_hour_ago_counts_nothing_now_and_is_emptied_wh
         slot = fresh % RATE_SLOTS
         stale |= {f"t:{slot}": fresh - RATE_SLOTS, **{f"{kind}:{slot}": 500 for kind in RATE_KINDS}}
     await store.r.hset(store.keys.rates, mapping=stale)
-    assert (await store.rate_history(10)).totals(10)[0] == dict.fromkeys(RATE_KINDS, 0)
+    stale_read = await store.rate_history(10)
+    assert stale_read.totals(10)[0] == dict.fromkeys(COUNTS, 0)
+    assert stale_read.buckets[-1].levels == {"backlog_age": None}, "a stale sample stands for nothing"
 
     await store.push_batch(make_records(2), "test")
     ring = await store.r.hgetall(store.keys.rates)
@@ -67,7 +69,7 @@ async def test_a_slot_left_from_an_hour_ago_counts_nothing_now_and_is_emptied_wh
     assert len(reused) == 1
     slot = reused[0] % RATE_SLOTS
     assert {kind: ring.get(f"{kind}:{slot}") for kind in RATE_KINDS} == {
-        "pushed": "2", "duplicate": None, "done": None, "failed": None, "done_bytes": None}
+        "pushed": "2", "duplicate": None, "done": None, "failed": None, "done_bytes": None, "backlog_age": None}
 
 
 async def test_a_queue_older_than_its_ring_says_the_rates_cover_only_since_the_ring_began(store: QueueStore) -> None:
@@ -84,3 +86,12 @@ async def test_the_ring_is_bounded_whatever_the_traffic(store: QueueStore) -> No
         await store.push_batch(make_records(500, start=start), "test")
     # One bucket in use: its stamp, one field per kind counted, and 'since'.
     assert await store.r.hlen(store.keys.rates) <= 1 + 1 + len(RATE_KINDS)
+
+
+async def test_the_age_of_the_next_record_is_a_sample_that_the_last_note_of_a_bucket_stands_for(
+        store: QueueStore) -> None:
+    await store.note_backlog_age(40.4)
+    await store.note_backlog_age(12.0)
+    hour, day = await store.rate_history(10), await store.day_history()
+    assert hour.buckets[-1].levels == day.buckets[-1].levels == {"backlog_age": 12}
+    assert "backlog_age" not in hour.totals(10)[0], "a level is not added up"

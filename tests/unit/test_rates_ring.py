@@ -49,4 +49,5 @@ def test_the_lua_library_counts_in_the_buckets_and_kinds_the_store_reads() -> No
     assert lua_constants() == (f"local RATE_BUCKET_SECONDS, RATE_SLOTS = {RATE_BUCKET_SECONDS}, {RATE_SLOTS}\n"
                                f"local DAY_BUCKET_SECONDS, DAY_SLOTS, DAY_PREFIX = {DAY_BUCKET_SECONDS}, "
                                f"{DAY_SLOTS}, 'd:'\n"
-                               "local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed', 'done_bytes' }")
+                               "local RATE_KINDS = { 'pushed', 'duplicate', 'done', 'failed', 'done_bytes', "
+                               "'backlog_age' }")

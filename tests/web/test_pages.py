@@ -12,7 +12,7 @@ from dataq.activities import Activity, Plan
 from dataq.config import load_settings
 from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList, QueueStore
 from dataq.web.console import Console
-from dataq.web.plot import not_done
+from dataq.web.plot import not_done, waited
 from dataq.web.server import make_app
 from tests.helpers import make_records
 from tests.web.conftest import TOKEN, WORKER, Web
@@ -70,6 +70,17 @@ async def test_bytes_done_and_records_not_done_are_plotted_over_the_hour_or_the_
     assert sum(bucket["done_bytes"] for bucket in history["buckets"]) == sum(r.size for r in claim.records)
     assert "span must be one of hour, day" in await page(web, "/queues/transfer/plot.svg?span=week", 400)
     assert "view must be one of files, bytes, backlog" in await page(web, "/queues/transfer/plot.svg?view=x", 400)
+
+
+async def test_how_long_the_next_record_waited_is_plotted_from_the_pop_daemons_notes(web: Web) -> None:
+    await web.transfer.note_backlog_age(600)
+    svg = await page(web, "/queues/transfer/plot.svg?view=age&span=hour")
+    assert "how long the next record had waited over the last hour" in svg and "10.0 min" in svg
+    assert 'src="/queues/transfer/plot.svg?view=age&amp;span=hour"' in await page(web, "/")
+
+
+def test_a_bucket_without_a_note_shows_the_note_before_it() -> None:
+    assert waited([{"backlog_age": None}, {"backlog_age": 30}, {}, {"backlog_age": 5}]) == [0.0, 30.0, 30.0, 5.0]
 
 
 def test_records_not_done_are_counted_back_from_now() -> None:

@@ -16,7 +16,7 @@
 -- ``rates``, and in the day's ring kept in the same hash (DAY_PREFIX fields: 288 buckets of 5 minutes); earlier()
 -- says how many records of the ring were counted before it began (0: none), asked on its first count; now: the
 -- server's time in seconds, when the caller read it already (one TIME for several rings)
-local function count_in_slot(rates, kind, n, now, prefix, seconds, slots)
+local function count_in_slot(rates, kind, n, now, prefix, seconds, slots, sample)
   local bucket = math.floor(now / seconds)
   local slot = bucket % slots
   local stamp = prefix .. 't:' .. slot
@@ -28,8 +28,14 @@ local function count_in_slot(rates, kind, n, now, prefix, seconds, slots)
     redis.call('HDEL', rates, unpack(stale))
     redis.call('HSET', rates, stamp, bucket)
   end
-  redis.call('HINCRBY', rates, prefix .. kind .. ':' .. slot, n)
+  redis.call(sample and 'HSET' or 'HINCRBY', rates, prefix .. kind .. ':' .. slot, n)
   return fresh
+end
+-- sample_in_ring(rates, kind, value, now): ``value`` stands for the current bucket of the hour's and the day's rings
+-- (the last sample of a bucket wins): a level, such as how long the next record has waited, not a count
+local function sample_in_ring(rates, kind, value, now)
+  count_in_slot(rates, kind, value, now, '', RATE_BUCKET_SECONDS, RATE_SLOTS, true)
+  count_in_slot(rates, kind, value, now, DAY_PREFIX, DAY_BUCKET_SECONDS, DAY_SLOTS, true)
 end
 local function count_in_ring(rates, kind, n, earlier, now)
   -- The server's clock, not the caller's: every daemon's counts land in the buckets of one clock.
