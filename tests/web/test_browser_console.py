@@ -340,3 +340,35 @@ def test_each_state_is_shown_in_words_and_colour_for_the_scenario_that_causes_it
     nobody = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="nobody"]').text
     assert "none done for 1 s" in nobody and "the next record to run has waited" in nobody
     snap(browser, shots(tmp_path), "states")
+
+
+def console_over(tmp_path: Path, name: str, redis: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``dataq web`` for queue ``transfer`` with these ``[redis]`` lines: (its process, its URL)."""
+    port = free_port()
+    config = tmp_path / f"{name}.toml"
+    config.write_text("\n".join([
+        f'data_dir = "{tmp_path / name}"', "[redis]", *redis, "socket_timeout = 1.0", "[metrics]", "enabled = false",
+        "[web]", f"port = {port}", "[queues.transfer]"]) + "\n")
+    process = subprocess.Popen([*DATAQ, "web", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
+                               stderr=subprocess.DEVNULL)
+    return process, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.timeout(120)
+def test_a_redis_out_of_reach_and_a_master_without_its_replicas_are_states_too(
+        browser: WebDriver, redis_url: str, tmp_path: Path) -> None:
+    # The test's Redis has no replica: a site that wants one is degraded; one whose Redis is gone is down.
+    degraded, degraded_url = console_over(tmp_path, "degraded", [f'url = "{redis_url}"', "min_replicas = 1"])
+    down, down_url = console_over(tmp_path, "down", [f'url = "redis://127.0.0.1:{free_port()}"'])
+    try:
+        for url, words, severity in ((degraded_url, "replication degraded", "ticket"),
+                                     (down_url, "redis down", "page")):
+            open_when_served(browser, url + "/")
+            wait(browser, lambda d, w=words: state_of(d, "transfer") == w, words)
+            badge = browser.find_element(By.CSS_SELECTOR, '[data-field="state"] .state')
+            assert f"state-{severity}" in (badge.get_attribute("class") or "")
+        assert "Redis is unavailable" in browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="transfer"]').text
+    finally:
+        for process in (degraded, down):
+            process.terminate()
+            process.wait(timeout=30)
