@@ -78,8 +78,7 @@ class DaemonOps:
             else:
                 await store.ping()
             if self.role == "pop":
-                oldest = (await store.oldest_pushed()).get("active")
-                await store.note_backlog_age(0.0 if oldest is None else time.time() - oldest)
+                await note_ages(store, time.time())
         except StoreUnavailable as exc:
             return str(exc)
         return None
@@ -135,3 +134,13 @@ class DaemonOps:
             self._server = None
         if self.mail is not None:
             await self.mail.close()
+
+
+async def note_ages(store: QueueStore, now: float) -> None:
+    """How long the next record to run has waited, in the queue's ring and each activity's (0 where none waits):
+    what the console plots as the backlog's age."""
+    queued = await store.oldest_queued()
+    await store.note_backlog_age(now - min(queued.values()) if queued else 0.0)
+    if not store.plan.single:
+        for activity in store.plan.names_in_lists:
+            await store.note_backlog_age(now - queued[activity] if activity in queued else 0.0, activity)

@@ -161,30 +161,42 @@ class AdminOps(ActivityOps):
 
         Only the end records leave from is read, so the read is O(1) however long the backlog. Records join the
         active list at the other end, so the one next to run has waited longest in line, unless it was put back
-        (retried, or redone by an operator): it counts from its first push, as a message's age does in SQS. Two
-        round trips: the ends, then their stored values (a record claimed in between is skipped)."""
-        k = self.keys
+        (retried, or redone by an operator): it counts from its first push, as a message's age does in SQS. Of the
+        activities' lists, the next to run that waited longest counts."""
+        queued = await self.oldest_queued()
+        next_due = await self.r.zrange(self.keys.delayed, 0, 0)
+        due = await self._pushed_at(next_due)
+        oldest: dict[str, float] = {}
+        if queued:
+            oldest["active"] = min(queued.values())
+        if due:
+            oldest["delayed"] = min(due.values())
+        return oldest
+
+    @translated
+    async def oldest_queued(self) -> dict[str, float]:
+        """Per activity with records queued, when its next record to run was pushed (unix time): two round trips,
+        the lists' ends, then their stored values (a record claimed in between is left out)."""
         lists = await self.active_lists()
         pipe = self.r.pipeline(transaction=True)
-        pipe.zrange(k.delayed, 0, 0)
         for entry in lists:
             pipe.lrange(entry.key, -1, -1)
-        next_due, *ends_of_lists = await pipe.execute()
-        # The next to run of every activity: the one that waited longest of them counts.
-        next_to_run = [record_id for found in ends_of_lists for record_id in found]
-        ends = {"active": next_to_run, "delayed": next_due}
-        ids = [*next_to_run, *next_due]
+        ends = await pipe.execute()
+        pushed = await self._pushed_at([record_id for found in ends for record_id in found])
+        return {entry.activity: pushed[found[0]] for entry, found in zip(lists, ends, strict=True)
+                if found and found[0] in pushed}
+
+    async def _pushed_at(self, ids: list[str]) -> dict[str, float]:
+        """When each record was pushed, from its stored value (one not tracked any more is left out)."""
         if not ids:
             return {}
-        values = dict(zip(ids, await self.r.hmget(k.records, ids), strict=True))
-        oldest: dict[str, float] = {}
-        for which, found in ends.items():
-            for record_id in found:
-                value = values.get(record_id)
-                pushed = stored_pushed_at(value) if value is not None else None
-                if pushed is not None:
-                    oldest[which] = min(pushed, oldest.get(which, pushed))
-        return oldest
+        values = dict(zip(ids, await self.r.hmget(self.keys.records, ids), strict=True))
+        found = {}
+        for record_id, value in values.items():
+            pushed = stored_pushed_at(value) if value is not None else None
+            if pushed is not None:
+                found[record_id] = pushed
+        return found
 
     async def _records_for(self, ids: list[str]) -> list[Record]:
         if not ids:

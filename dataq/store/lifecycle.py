@@ -78,6 +78,8 @@ class LifecycleOps(StoreBase):
         args: list[Any] = [self.events_max_len, since, k.work, NOTICE_WORK, ids, values, self.pubsub_mode,
                            done.digests, again, codes, self._named, self.search_names]
         keys = [k.records, k.active, k.events, k.counters, k.rates, *done.keys, k.activities, *self._active_lists[1:]]
+        if not self.plan.single:
+            keys += [k.rates_of(name) for name in self.plan.names_in_lists]
         if self.search_names:
             keys += [k.names, k.names_count, k.names_before]
         reply = await self._script("push_batch", keys, args, replicated=True, on_written=on_written)

@@ -123,10 +123,11 @@ class RateOps(StoreBase):
         return RateHistory(now, since, tuple(found), bucket_seconds)
 
     @translated
-    async def note_backlog_age(self, seconds: float) -> None:
-        """Note in the rates ring how long the next record to run has waited (0: none waits), for the console's
-        plot of the backlog's age: the last note of a bucket stands for it."""
-        await self._script("sample_age", [self.keys.rates], [round(max(0.0, seconds))])
+    async def note_backlog_age(self, seconds: float, activity: str | None = None) -> None:
+        """Note in the rates ring (with ``activity``, that activity's) how long the next record to run has waited
+        (0: none waits), for the console's plot of the backlog's age: the last note of a bucket stands for it."""
+        ring = self.keys.rates if activity is None else self.keys.rates_of(activity)
+        await self._script("sample_age", [ring], [round(max(0.0, seconds))])
 
     async def _server_time(self) -> float:
         seconds, microseconds = await self.r.time()

@@ -156,11 +156,15 @@ class Console:
         if span not in tuple(Span):
             raise BadRequest(f"span must be one of {', '.join(Span)}, not {span!r}")
         store = self.store(queue)
-        if activity is not None and activity not in (await store.summary()).activities:
+        summary = await store.summary()
+        if activity is not None and activity not in summary.activities:
             raise NotFound(f"queue {queue!r} has no activity {activity!r}")
         ring = await (store.rate_history(activity=activity) if span == Span.HOUR else store.day_history(activity))
+        # What the records-not-done plot counts back from: every record tracked; of an activity, those queued (the
+        # records of an activity in flight, delayed or inactive are not told apart).
+        tracked = summary.tracked if activity is None else summary.activities[activity]
         return {"now": ring.now, "since": ring.since, "bucket_seconds": ring.bucket_seconds, "span": span,
-                "tracked": (await store.summary()).tracked,
+                "tracked": tracked,
                 "buckets": [{"start": bucket.start, **bucket.counts, **bucket.levels} for bucket in ring.buckets]}
 
     async def plot(self, queue: str, view: str, span: str, activity: str | None = None) -> str:

@@ -89,7 +89,8 @@ def make_app(console: Console, token: str) -> web.Application:
                        _api(lambda c, r: c.active(r.match_info["queue"], Page.parse(r.query))))
     app.router.add_get("/api/queues/{queue}/events", _api(lambda c, r: c.events(r.match_info["queue"])))
     app.router.add_get("/api/queues/{queue}/rates",
-                       _api(lambda c, r: c.history(r.match_info["queue"], r.query.get("span", Span.HOUR))))
+                       _api(lambda c, r: c.history(r.match_info["queue"], r.query.get("span", Span.HOUR),
+                                                   r.query.get("activity"))))
     app.router.add_get("/api/records/{record}",
                        _api(lambda c, r: c.record(r.match_info["record"], r.query.get("queue"))))
     app.router.add_get("/api/records/{record}/journey",

@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dataq.activities import Activity, Plan
 from dataq.config import load_settings
+from dataq.ops.daemon_ops import note_ages
 from dataq.store import CustodyEntry, Flag, LastAnswer, QueueList, QueueStore
 from dataq.web.console import Console
 from dataq.web.plot import not_done, waited
@@ -236,6 +237,22 @@ async def test_the_queue_page_shows_each_activity_with_its_backlog_done_records_
         api = await (await client.get("/api/queues/transfer")).json()
         assert [(a["name"], a["active"]) for a in api["activities"]] == [("express", 0), ("default", 2),
                                                                        ("backfill", 3)]
+        await store.heartbeat(WORKER, {"role": "pop"}, {}, ttl=30)
+        claim = await store.claim(WORKER, 5)
+        finished = [record for record in claim.records if record.activity == "backfill"][:2]
+        await store.ack(WORKER, [(record.id, "ok") for record in finished])
+        await note_ages(store, time.time() + 60)
+        backfill = await (await client.get("/api/queues/transfer/rates?activity=backfill")).json()
+        assert sum(bucket["pushed"] for bucket in backfill["buckets"]) == 3, "pushed per activity"
+        assert sum(bucket["done_bytes"] for bucket in backfill["buckets"]) == sum(r.size for r in finished)
+        assert backfill["buckets"][-1]["backlog_age"] == 0, "nothing of backfill left queued"
+        assert backfill["tracked"] == 0, "an activity's level is its records queued"
+        late = replace(make_records(1, start=50)[0], activity="backfill")
+        now = time.time()
+        await store.push_batch([late], "test", now=now - 100)
+        await note_ages(store, now)
+        backfill = await (await client.get("/api/queues/transfer/rates?activity=backfill")).json()
+        assert backfill["buckets"][-1]["backlog_age"] == 100 and backfill["tracked"] == 1
     finally:
         await client.close()
         await store.close()

@@ -55,15 +55,17 @@ if ARGV[7] ~= '' then
   end
 end
 -- The bytes done, from each stored value's size (path NUL size NUL ...), for the rates ring's plots.
-local bytes, find = 0, string.find
+local bytes, find, bytes_of = 0, string.find, {}
 for first = 1, #done, 1000 do
   local last = math.min(first + 999, #done)
   local values = redis.call('HMGET', records, unpack(done, first, last))
+  local sizes = {}
   for j = 1, last - first + 1 do
     local value = values[j]
     local cut = value and find(value, '\0', 1, true)
     local after = cut and find(value, '\0', cut + 1, true)
-    if after then bytes = bytes + (tonumber(sub(value, cut + 1, after - 1)) or 0) end
+    sizes[j] = after and tonumber(sub(value, cut + 1, after - 1)) or 0
+    bytes = bytes + sizes[j]
   end
   for j = first, expires == '0' and 0 or last do
     local value, wait = values[j - first + 1], 0
@@ -84,6 +86,7 @@ for first = 1, #done, 1000 do
       local name = values[j] and stored_activity(values[j]) or ''
       if not ring_of[name] then name = '' end  -- an activity no longer defined: counted as default's
       per_activity[name] = (per_activity[name] or 0) + 1
+      bytes_of[name] = (bytes_of[name] or 0) + sizes[j]
     end
   end
 end
@@ -91,6 +94,9 @@ if per_activity then
   local now = tonumber(redis.call('TIME')[1])
   for name, n in pairs(per_activity) do
     count_activity_done(counters, ring_of[name], name == '' and 'default' or name, n, now)
+    if (bytes_of[name] or 0) > 0 then
+      count_in_ring(ring_of[name], 'done_bytes', bytes_of[name], function() return 0 end, now)
+    end
   end
 end
 -- One HDEL per hash for the whole batch (unpack() is limited by Lua's C stack, hence the chunks).

@@ -11,8 +11,9 @@
 --           generation (dataq/store/remembered.py); a record remembered there was done lately: a duplicate.
 --           None when nothing is remembered (remember_done = 0; ARGV[8] is then '')
 -- KEYS[6 + 2 * records] (KEYS[6] without shards) the activities set (dataq/keys.py), then one active list per
---           named activity (of ARGV[11]), then, when ARGV[12] > 0, the names index, its count of names and the
---           index before it
+--           named activity (of ARGV[11]); with named activities, the rings of done counts of 'default' and of each
+--           named activity (where the records pushed per activity are counted too, for the console's plots); then,
+--           when ARGV[12] > 0, the names index, its count of names and the index before it
 -- ARGV[1] events max length (0 = keep no events)
 -- ARGV[2] 0 for a first attempt; for a retry, the stream id (ms) from which the first attempt's events may be
 -- ARGV[3] work channel, ARGV[4] the notice published there when records were queued (idle pop daemons then
@@ -132,10 +133,12 @@ end
 -- the names list, as they came when every record is new (no work per record: a sorted set of names cost each push
 -- 2.8 µs of Redis per record, a quarter of its rate). Renaming a full index (O(1)) bounds it without a trim per
 -- batch; the one it replaces is freed in the background (UNLINK), not while the push waits.
+local rings = named_keys + #named + 1  -- default's ring, then each named activity's (with named activities)
+local after_rings = rings + (#named > 0 and #named + 1 or 0)
 local index_size = tonumber(ARGV[12] or '0') or 0
 if index_size > 0 and fresh_count > 0 then
-  local names_key = KEYS[named_keys + #named + 1]
-  local count_key = KEYS[named_keys + #named + 2]
+  local names_key = KEYS[after_rings]
+  local count_key = KEYS[after_rings + 1]
   local ids_blob, values_blob = ARGV[5], ARGV[6]
   if fresh_count < count then
     local kept = {}
@@ -144,7 +147,7 @@ if index_size > 0 and fresh_count > 0 then
   end
   redis.call('LPUSH', names_key, values_blob, ids_blob)  -- the ids first from the head, then their values
   if redis.call('INCRBY', count_key, fresh_count) >= index_size then
-    local before = KEYS[named_keys + #named + 3]
+    local before = KEYS[after_rings + 2]
     redis.call('UNLINK', before)
     redis.call('RENAME', names_key, before)
     redis.call('DEL', count_key)
@@ -176,6 +179,15 @@ else
 end
 -- Trimmed once per batch, not per event: a per-entry MAXLEN costs more than the XADD itself.
 if maxlen > 0 and count > 0 then redis.call('XTRIM', events, 'MAXLEN', '~', maxlen) end
+if #named > 0 and fresh_count > 0 then
+  -- Pushed per activity, in each activity's own ring (the queue's ring counts them all).
+  local now, none_before, by_default = tonumber(redis.call('TIME')[1]), function() return 0 end, fresh_count
+  for lane, ids in pairs(lanes) do
+    count_in_ring(KEYS[rings + lane], 'pushed', #ids, none_before, now)
+    by_default = by_default - #ids
+  end
+  if by_default > 0 then count_in_ring(KEYS[rings], 'pushed', by_default, none_before, now) end
+end
 if fresh_count > 0 then
   tally(counters, rates, 'pushed', fresh_count)
   redis.call(ARGV[7] == 'sharded' and 'SPUBLISH' or 'PUBLISH', ARGV[3], ARGV[4])
