@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from dataq.logs import get_logger
-from dataq.ops.documents import HELD_BACK_KEY
+from dataq.ops.documents import HELD_BACK_KEY, OPEN_KEY
 
 from .rsync import Completed, RunCommand, run_command
 from .slots import Slots
@@ -64,12 +64,13 @@ class Connections:
         self._slots.room = calls
 
     def status(self) -> dict[str, object]:
-        """For the heartbeat: the calls at once and the most, while the daemon holds them below the most; the
-        records waiting for a connection, while some do."""
-        waiting = self._slots.status(self.at_once)
-        if self.at_once >= self.most:
-            return waiting
-        return {HELD_BACK_KEY: {self.destination: {"at_once": self.at_once, "most": self.most}}, **waiting}
+        """For the heartbeat: the calls open now and the most (the console shows them); the calls at once and the
+        most, while the daemon holds them below the most; the records waiting for a connection, while some do."""
+        status: dict[str, object] = {OPEN_KEY: {self.destination: {"open": self._slots.open, "most": self.most}},
+                                     **self._slots.status(self.at_once)}
+        if self.at_once < self.most:
+            status[HELD_BACK_KEY] = {self.destination: {"at_once": self.at_once, "most": self.most}}
+        return status
 
     async def run(self, argv: list[str], ids: Sequence[str] = ()) -> Completed:
         """Run ``argv`` (a call for the records ``ids``) once there is room; again, after a pause, each time the

@@ -60,6 +60,9 @@ HELD_BACK_KEY = "connections_held_back"
 """The heartbeat key (and ``--workers --json`` key) under which a pop daemon reports the destinations whose rsync
 daemon takes fewer of ``network_move``'s calls at once than it would open (``max connections``): destination ->
 ``{"at_once": n, "most": m}``."""
+OPEN_KEY = "connections_open"
+"""The heartbeat key under which a pop daemon reports the rsync calls open to each destination of ``network_move``
+and the most it would open: destination -> ``{"open": n, "most": m}``."""
 TUNING_KEY = "batch_tuning"
 """The heartbeat key (and ``--workers --json`` key) of ``network_move``'s transfer tuner, per destination: its
 batch size and bounds, the link's fitted overhead and rate, and its last decision with when."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dataq.config import QueueSettings
-from dataq.ops.documents import HELD_BACK_KEY, TUNING_KEY, WAITING_KEY
+from dataq.ops.documents import HELD_BACK_KEY, OPEN_KEY, TUNING_KEY, WAITING_KEY
 from dataq.ops.health import live_pops, outside_windows, unreachable_destinations
 from dataq.store import Worker
 
@@ -22,6 +22,14 @@ DESTINATION_KEYS = ("destination", "root", "archive_root")
 ``archive_ingest``)."""
 LIMIT_KEYS = ("max_connections", "bandwidth", "windows", "batch_size", "max_batch_size", "in_flight")
 """The options that limit what an action sends to its destination, shown beside it."""
+
+
+def _summed(before: object, value: object, name: str) -> object:
+    """What several pop daemons report of one destination: the calls open add up; of the rest, the last says."""
+    if name == "open" and isinstance(before, dict) and isinstance(value, dict):
+        return {"open": int(before.get("open", 0)) + int(value.get("open", 0)),
+                "most": int(before.get("most", 0)) + int(value.get("most", 0))}
+    return value
 
 
 def _shown(value: object) -> object:
@@ -56,13 +64,14 @@ def destinations(queue: QueueSettings | None, workers: Sequence[Worker], now: fl
         row(shut.destination).update(opens=shut.opens, windows=shut.windows)
     for worker in live:
         beat = worker.heartbeat or {}
-        for key, name in ((HELD_BACK_KEY, "held_back"), (WAITING_KEY, "waiting"), (TUNING_KEY, "tuning")):
+        for key, name in ((OPEN_KEY, "open"), (HELD_BACK_KEY, "held_back"), (WAITING_KEY, "waiting"),
+                          (TUNING_KEY, "tuning")):
             reported = beat.get(key)
             for destination, value in (reported.items() if isinstance(reported, dict) else ()):
-                row(str(destination))[name] = value
+                row(str(destination))[name] = _summed(row(str(destination)).get(name), value, name)
     for item in rows.values():
         item.setdefault("state", "in use" if live else "no pop daemon")
-        for key in ("since", "error", "opens", "windows", "held_back", "waiting", "tuning"):
+        for key in ("since", "error", "opens", "windows", "open", "held_back", "waiting", "tuning"):
             item.setdefault(key, None)
         since = item.get("since")
         item["for_seconds"] = round(now - since, 3) if isinstance(since, (int, float)) else None

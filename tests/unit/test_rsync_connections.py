@@ -10,7 +10,7 @@ import pytest
 
 from dataq.actions.connections import PROBE_AFTER, Connections
 from dataq.actions.rsync import Completed
-from dataq.ops.documents import HELD_BACK_KEY
+from dataq.ops.documents import HELD_BACK_KEY, OPEN_KEY
 
 AT_CAP = "@ERROR: max connections ({cap}) reached -- try again later\nrsync error: error starting client-server " \
          "protocol (code 5) at main.c(1954) [sender=3.5.0]\n"
@@ -47,7 +47,8 @@ async def test_calls_past_the_daemons_cap_wait_for_the_actions_own_and_all_go_th
     assert daemon.most_open == 2
     assert connections.at_once == 2, "it opens no more at once than the daemon took"
     assert daemon.refused <= 4, "refused only while it found the cap"
-    assert connections.status() == {HELD_BACK_KEY: {"rsync://far/m": {"at_once": 2, "most": 4}}}
+    assert connections.status() == {HELD_BACK_KEY: {"rsync://far/m": {"at_once": 2, "most": 4}},
+                                    OPEN_KEY: {"rsync://far/m": {"open": 0, "most": 4}}}
 
 
 async def test_a_refusal_with_none_of_its_own_calls_open_is_the_callers_an_outage() -> None:
@@ -118,7 +119,8 @@ async def test_it_tries_one_more_at_once_after_enough_calls_went_through_up_to_t
     for _ in range(PROBE_AFTER * 3 * 2):
         await connections.run(["x"])
     assert connections.at_once == 3, "never more than the most"
-    assert connections.status() == {}, "nothing held back to report"
+    assert HELD_BACK_KEY not in connections.status(), "nothing held back to report"
+    assert connections.status()[OPEN_KEY] == {"rsync://far/m": {"open": 0, "most": 3}}
 
 
 async def test_a_waiting_call_that_is_cancelled_leaves_its_room_to_the_next() -> None:
@@ -165,7 +167,7 @@ async def test_max_connections_caps_the_calls_at_once_and_a_reload_resizes_them(
     connections.resize(3)
     await asyncio.gather(*(connections.run([f"call {n}"]) for n in range(9)))
     assert daemon.most_open == 3
-    assert connections.status() == {}, "the cap is the operator's, not a destination holding calls back"
+    assert HELD_BACK_KEY not in connections.status(), "the cap is the operator's, not a destination holding back"
 
 
 async def test_each_call_takes_the_bandwidth_over_the_most_calls_at_once() -> None:

@@ -342,33 +342,59 @@ def test_each_state_is_shown_in_words_and_colour_for_the_scenario_that_causes_it
     snap(browser, shots(tmp_path), "states")
 
 
-def console_over(tmp_path: Path, name: str, redis: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    """``dataq web`` for queue ``transfer`` with these ``[redis]`` lines: (its process, its URL)."""
+async def push_old(redis_url: str, queue: str, count: int, age: float) -> None:
+    """``count`` records in ``queue``, pushed ``age`` seconds ago."""
+    store = QueueStore.from_url(redis_url, queue)
+    try:
+        records = [Record(f"/data/{queue}/obs_{n:04d}.fits", checksum_of(900 + n), 10) for n in range(count)]
+        await store.push_batch(records, "test", now=time.time() - age)
+    finally:
+        await store.close()
+
+
+def console_over(tmp_path: Path, name: str, redis: list[str], health: tuple[str, ...] = ()
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``dataq web`` for queue ``name`` with these ``[redis]`` and ``[health]`` lines: (its process, its URL)."""
     port = free_port()
     config = tmp_path / f"{name}.toml"
     config.write_text("\n".join([
         f'data_dir = "{tmp_path / name}"', "[redis]", *redis, "socket_timeout = 1.0", "[metrics]", "enabled = false",
-        "[web]", f"port = {port}", "[queues.transfer]"]) + "\n")
+        "[web]", f"port = {port}", "[health]", *health, f"[queues.{name}]"]) + "\n")
     process = subprocess.Popen([*DATAQ, "web", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
                                stderr=subprocess.DEVNULL)
     return process, f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.timeout(120)
-def test_a_redis_out_of_reach_and_a_master_without_its_replicas_are_states_too(
+def test_redis_out_of_reach_a_master_without_its_replicas_and_a_late_or_growing_backlog_are_shown(
         browser: WebDriver, redis_url: str, tmp_path: Path) -> None:
     # The test's Redis has no replica: a site that wants one is degraded; one whose Redis is gone is down.
-    degraded, degraded_url = console_over(tmp_path, "degraded", [f'url = "{redis_url}"', "min_replicas = 1"])
+    degraded, degraded_url = console_over(tmp_path, "degraded", [f'url = "{redis_url}"', "min_replicas = 1"],
+                                          ("stalled_after = 3600.0",))
     down, down_url = console_over(tmp_path, "down", [f'url = "redis://127.0.0.1:{free_port()}"'])
+    # A backlog old but not stalled (the stall's threshold out of reach), and one growing (an hour's counts: a
+    # new queue's ring has counted all of it).
+    asyncio.run(push_old(redis_url, "late", 3, 30.0))
+    asyncio.run(push_old(redis_url, "growing", 12, 0.0))
+    late, late_url = console_over(tmp_path, "late", [f'url = "{redis_url}"'],
+                                  ("backlog_old = 5.0", "stalled_after = 3600.0"))
+    growing, growing_url = console_over(tmp_path, "growing", [f'url = "{redis_url}"'],
+                                        ("growing_per_hour = 10.0", "growing_above = 10"))
     try:
-        for url, words, severity in ((degraded_url, "replication degraded", "ticket"),
-                                     (down_url, "redis down", "page")):
+        for url, queue, words, severity in ((degraded_url, "degraded", "replication degraded", "ticket"),
+                                            (down_url, "down", "redis down", "page"),
+                                            (late_url, "late", "backlog old", "page"),
+                                            (growing_url, "growing", "backlog growing", "ticket")):
             open_when_served(browser, url + "/")
-            wait(browser, lambda d, w=words: state_of(d, "transfer") == w, words)
+            wait(browser, lambda d, q=queue, w=words: state_of(d, q) == w, words)
             badge = browser.find_element(By.CSS_SELECTOR, '[data-field="state"] .state')
             assert f"state-{severity}" in (badge.get_attribute("class") or "")
-        assert "Redis is unavailable" in browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="transfer"]').text
+            if queue == "down":
+                assert "Redis is unavailable" in browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="down"]').text
+            if queue == "growing":
+                assert "the backlog grows by 12 records an hour" in browser.find_element(
+                    By.CSS_SELECTOR, 'tr[data-queue="growing"]').text
     finally:
-        for process in (degraded, down):
+        for process in (degraded, down, late, growing):
             process.terminate()
             process.wait(timeout=30)

@@ -60,15 +60,19 @@ async def test_each_destination_shows_its_state_connections_tuner_and_limits(sit
         "batch_tuning": {VALLEY: {"batch_size": 64, "least": 16, "most": 1000, "overhead_seconds": 0.31,
                                   "rate_bytes_per_second": 48_000_000, "decision": "grew: calls are mostly waiting",
                                   "decided_at": since + 30}},
-        "connections_held_back": {VALLEY: {"at_once": 2, "most": 4}}}, ttl=30)
+        "connections_held_back": {VALLEY: {"at_once": 2, "most": 4}},
+        "connections_open": {VALLEY: {"open": 1, "most": 4}}}, ttl=30)
+    await web.stores[QUEUE].heartbeat(f"{WORKER}-2", POP, {"connections_open": {VALLEY: {"open": 2, "most": 4}}},
+                                      ttl=30)
     (row,) = await get(web, f"/api/queues/{QUEUE}/destinations")
     assert (row["state"], row["error"], row["since"]) == ("unreachable", "connection refused", pytest.approx(since))
     assert row["for_seconds"] >= 90 and row["held_back"] == {"at_once": 2, "most": 4}
+    assert row["open"] == {"open": 3, "most": 8}, "the calls open of every pop daemon"
     html = await (await web.client.get(f"/queues/{QUEUE}")).text()
     section = html[html.index('id="destinations"'):html.index('id="audits"')]
     assert "unreachable for 90 s" in section and "connection refused" in section
     assert "64 records (16-1000); link 48.0 MB/s, 310 ms a call" in section
-    assert "grew: calls are mostly waiting" in section and "held to 2 of 4 by the daemon" in section
+    assert "grew: calls are mostly waiting" in section and "3 open of 8; held to 2 of 4 by the daemon" in section
     assert "max_connections = 4; windows = 19:00-07:00" in section
 
 
