@@ -198,17 +198,27 @@ def conditions_of(vitals: Vitals, thresholds: HealthSettings) -> list[Found]:
     return sorted(found, key=lambda item: order.index(item.condition))
 
 
-def activity_condition(queue: Sequence[Found], vitals: Vitals, active: int, done_per_minute: float,
-                       thresholds: HealthSettings) -> Found:
-    """An activity's own state: its queue's when the queue is paused or out of reach; stalled when none of its
-    queued records was done lately while the queue's next record has waited ``stalled_after``; else healthy."""
-    for found in queue:
-        if found.condition in (Condition.REDIS_DOWN, Condition.PAUSED):
-            return found
-    waited = vitals.backlog_age
-    if active > 0 and done_per_minute <= 0 and waited is not None and waited >= thresholds.stalled_after:
-        return Found(Condition.STALLED, f"{active} records queued and none done lately")
-    return Found(Condition.HEALTHY, "its records are done at their share" if active else "nothing queued")
+INHERITED = (Condition.REDIS_DOWN, Condition.DESTINATION_UNREACHABLE, Condition.PAUSED, Condition.OUTSIDE_WINDOW)
+"""A queue's conditions that hold for every activity of it: they are about its Redis, flags or destinations."""
+
+
+def activity_condition(queue: Sequence[Found], now: float, active: int, done_per_minute: float,
+                       oldest: float | None, thresholds: HealthSettings) -> Found:
+    """An activity's state: the worst of its queue's conditions that hold for every record (Redis, the flags, the
+    destinations) and its own: stalled when none of its queued records was done lately while its next record has
+    waited ``stalled_after``, its backlog old past ``backlog_old`` (``oldest``: when its next record was pushed)."""
+    found = [item for item in queue if item.condition in INHERITED]
+    waited = None if oldest is None else max(0.0, now - oldest)
+    paused = any(item.condition is Condition.PAUSED for item in found)
+    if active > 0 and waited is not None and not paused:
+        if done_per_minute <= 0 and waited >= thresholds.stalled_after:
+            found.append(Found(Condition.STALLED, f"{active} records queued and none done lately"))
+        if waited > thresholds.backlog_old:
+            found.append(Found(Condition.BACKLOG_OLD, f"its next record has waited {duration(waited)}", oldest))
+    if not found:
+        return Found(Condition.HEALTHY, "its records are done at their share" if active else "nothing queued")
+    order = list(Condition)
+    return min(found, key=lambda item: order.index(item.condition))
 
 
 def redis_down(error: str) -> list[Found]:

@@ -106,6 +106,7 @@ class Console:
         vitals = await read_vitals(store, summary, workers, self.settings.health)
         found = conditions_of(vitals, self.settings.health)
         conditions = [item.doc() for item in found]
+        queued = await store.oldest_queued() if activities else {}
         return {
             "name": queue, "reachable": True, "state": conditions[0], "conditions": conditions,
             "backlog_age_seconds": vitals.backlog_age, "done_bytes_per_second": round(vitals.done_bytes_per_second),
@@ -119,8 +120,11 @@ class Console:
             "activities": [{"name": a.activity, "active": a.active, "done": a.done,
                             "done_per_minute": round(a.eta.done_per_minute, 3), "eta": a.eta.describe(),
                             "eta_seconds": a.eta.doc()["seconds"],
-                            "state": activity_condition(found, vitals, a.active, a.eta.done_per_minute,
-                                                        self.settings.health).doc()} for a in activities],
+                            "backlog_age_seconds": None if a.activity not in queued
+                            else round(max(0.0, vitals.now - queued[a.activity]), 3),
+                            "state": activity_condition(found, vitals.now, a.active, a.eta.done_per_minute,
+                                                        queued.get(a.activity), self.settings.health).doc()}
+                           for a in activities],
             "unreachable": [unreachable_doc(u) for u in vitals.unreachable],
             "counters": summary.counters,
             "site": self.settings.site,
@@ -152,7 +156,7 @@ class Console:
     async def history(self, queue: str, span: str = Span.HOUR, activity: str | None = None) -> dict[str, Any]:
         """Counts per bucket over the last hour (10-second buckets) or day (5-minute ones), for the plots, with
         the records tracked now (what the records-not-done plot counts back from); with ``activity``, that
-        activity's ring (its done records alone)."""
+        activity's ring (its records pushed and done, bytes done and the age of its next record)."""
         if span not in tuple(Span):
             raise BadRequest(f"span must be one of {', '.join(Span)}, not {span!r}")
         store = self.store(queue)
@@ -168,7 +172,7 @@ class Console:
                 "buckets": [{"start": bucket.start, **bucket.counts, **bucket.levels} for bucket in ring.buckets]}
 
     async def plot(self, queue: str, view: str, span: str, activity: str | None = None) -> str:
-        """One plot of the queue (or of one of its activities: its records done) as SVG (:mod:`.plot`)."""
+        """One plot of the queue (or of one of its activities) as SVG (:mod:`.plot`)."""
         if view not in tuple(View):
             raise BadRequest(f"view must be one of {', '.join(View)}, not {view!r}")
         history = await self.history(queue, span, activity)

@@ -85,14 +85,22 @@ def test_a_queue_out_of_reach_says_so_and_nothing_else() -> None:
                            "since": None}
 
 
-def test_an_activity_is_stalled_only_when_its_own_records_wait_undone() -> None:
-    late = dataclasses.replace(CALM, oldest_active=NOW - 1000)
-    queue = conditions_of(late, DEFAULTS)
-    assert activity_condition(queue, late, 5, 0.0, DEFAULTS).condition is Condition.STALLED
-    assert activity_condition(queue, late, 5, 12.0, DEFAULTS).condition is Condition.HEALTHY
-    assert activity_condition(queue, late, 0, 0.0, DEFAULTS).condition is Condition.HEALTHY
+def test_an_activity_is_stalled_or_late_only_when_its_own_records_wait_undone() -> None:
+    queue = conditions_of(CALM, DEFAULTS)
+    late, fresh = NOW - 4000, NOW - 5
+
+    def state(found: list[Found], active: int, per_minute: float, oldest: float | None) -> Condition:
+        return activity_condition(found, NOW, active, per_minute, oldest, DEFAULTS).condition
+
+    assert state(queue, 5, 0.0, late) is Condition.STALLED
+    assert state(queue, 5, 12.0, late) is Condition.BACKLOG_OLD, "done at its share, but its oldest is late"
+    assert state(queue, 5, 0.0, fresh) is Condition.HEALTHY, "its first record has just come"
+    assert state(queue, 0, 0.0, None) is Condition.HEALTHY
     paused = [Found(Condition.PAUSED, "off")]
-    assert activity_condition(paused, late, 5, 0.0, DEFAULTS).condition is Condition.PAUSED
+    assert state(paused, 5, 0.0, late) is Condition.PAUSED, "waiting is the operator's decision"
+    down = [Found(Condition.DESTINATION_UNREACHABLE, "valley"), Found(Condition.INACTIVE_RECORDS, "3")]
+    assert state(down, 5, 12.0, fresh) is Condition.DESTINATION_UNREACHABLE, "a destination is every activity's"
+    assert state(down, 0, 0.0, None) is Condition.DESTINATION_UNREACHABLE
 
 
 def threshold(alert: str, pattern: str) -> float:

@@ -253,6 +253,9 @@ async def test_the_queue_page_shows_each_activity_with_its_backlog_done_records_
         await note_ages(store, now)
         backfill = await (await client.get("/api/queues/transfer/rates?activity=backfill")).json()
         assert backfill["buckets"][-1]["backlog_age"] == 100 and backfill["tracked"] == 1
+        by_name = {a["name"]: a for a in (await (await client.get("/api/queues/transfer")).json())["activities"]}
+        assert by_name["backfill"]["backlog_age_seconds"] >= 100 and by_name["express"]["backlog_age_seconds"] is None
+        assert by_name["backfill"]["state"]["condition"] == "healthy", "100 s is not late by the default hour"
     finally:
         await client.close()
         await store.close()
