@@ -16,7 +16,10 @@ def when(timestamp: object) -> str:
     """A wall-clock time as local ``YYYY-mm-dd HH:MM:SS.mmm``; ``-`` for none."""
     if not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp):
         return "-"
-    whole = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    try:
+        whole = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds (a peer's answer may say anything)
+        return "-"
     return f"{whole}.{int(timestamp * 1000) % 1000:03d}"
 
 

@@ -74,7 +74,9 @@ class NameQuery:
         return re.compile(rf"/({name})\x00(\d+)\x00")
 
     def matches(self, name: str, path: str) -> bool:
-        return fnmatch.fnmatchcase(path if self.is_path else name, self.text)
+        """The glob matches, or the text is the name (or path) itself: ``obs[1].fits`` is found as written."""
+        subject = path if self.is_path else name
+        return subject == self.text or fnmatch.fnmatchcase(subject, self.text)
 
 
 class NameOps(StoreBase):
@@ -93,16 +95,27 @@ class NameOps(StoreBase):
                         return found
         return found
 
+    @translated
+    async def find_id(self, record_id: str, query: NameQuery) -> NameHit | None:
+        """The record ``record_id`` as the index holds it, under a name ``query`` matches (None: not there)."""
+        pattern = query.candidates()
+        async for ids, values in self._batches():
+            if record_id in ids:
+                for hit in _hits(pattern, query, ids, values):
+                    if hit.id == record_id:
+                        return hit
+        return None
+
     async def _batches(self) -> AsyncIterator[tuple[str, str]]:
-        """Each batch of the index, newest first: its ids and its values, each joined by newlines."""
+        """Each batch of the index, newest first: its ids and its values, each joined by newlines. Read by places
+        counted from the tail, which pushes (at the head) do not move."""
         for key in (self.keys.names, self.keys.names_before):
-            index = 0
-            while True:
+            length: int = await self.r.llen(key)
+            for index in range(-length, 0, 2):
                 pair: list[str] = await self.r.lrange(key, index, index + 1)
-                if len(pair) < 2:  # the end (or a renaming meanwhile: the rest is in the other list)
+                if len(pair) < 2:  # a renaming meanwhile: the rest is in the other list
                     break
                 yield pair[0], pair[1]
-                index += 2
 
 
 def _hits(pattern: re.Pattern[str], query: NameQuery, ids: str, values: str) -> list[NameHit]:

@@ -4,6 +4,7 @@ through the same library calls as ``dataq-cli`` (:mod:`dataq.ops`), so both agre
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ from dataq.web.destinations import destinations
 from dataq.web.feeders import feeders
 from dataq.web.plot import Span, View, age_plot, backlog_plot, bytes_plot, rate_plot
 from dataq.web.repairs import Repairs
-from dataq.web.search import SEARCH_LIMIT, Search
+from dataq.web.search import Search
 
 PAGE_SIZE = 50
 """Records per page of the active and inactive lists."""
@@ -207,10 +208,8 @@ class Console:
     async def indexed(self, queue: str, record_id: str, name: str) -> dict[str, Any] | None:
         """The path and size the names index holds for a record it found under ``name`` (a record no longer
         tracked keeps no path anywhere else): what sending it again needs."""
-        for hit in await self.store(queue).find_names(NameQuery(name), SEARCH_LIMIT):
-            if hit.id == record_id:
-                return {"path": hit.path, "size": hit.size}
-        return None
+        hit = await self.store(queue).find_id(record_id, NameQuery(name))
+        return None if hit is None else {"path": hit.path, "size": hit.size}
 
     async def journey(self, record_id: str, queue: str) -> list[dict[str, Any]]:
         """The record's way across the sites, as ``dataq-cli --trace`` follows it (each next site asked over the
@@ -237,7 +236,8 @@ class Console:
         """Push a record again on purpose (``dataq-cli --pushstr ... --again``): moved again even if done lately,
         and handed on marked so."""
         rules = self.settings.queue(queue).rules if queue in self.settings.queues else DEFAULT_RULES
-        line = json.dumps({"path": path, "checksum": record_id, "size": int(size) if size.isdigit() else size})
+        digits = re.fullmatch(r"[0-9]{1,20}", size) is not None
+        line = json.dumps({"path": path, "checksum": record_id, "size": int(size) if digits else size})
         try:
             record = replace(parse_line(line, rules), again=True)
         except InvalidRecord as exc:

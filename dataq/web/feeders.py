@@ -73,14 +73,18 @@ def directories_of(text: str, now: float) -> list[dict[str, Any]]:
             if key is None:
                 continue
             directory = sample.labels.get("directory", "")
-            row = rows.setdefault(directory, {"directory": directory})
+            # Every key, None where the exposition lacks it (a feeder that could not read its spool, one without
+            # targets, an older one): the page shows what is there.
+            row = rows.setdefault(directory, {"directory": directory, "connected": None, "targets": [],
+                                              **dict.fromkeys(wanted.values())})
             if key == "link_up":
                 # One series per push daemon target: connected when any link is.
-                row["connected"] = bool(row.get("connected")) or sample.value >= 1
-                row.setdefault("targets", []).append(sample.labels.get("target", ""))
+                row["connected"] = bool(row["connected"]) or sample.value >= 1
+                row["targets"].append(sample.labels.get("target", ""))
             else:
                 row[key] = sample.value
     for row in rows.values():
+        row.pop("link_up", None)  # said as "connected"
         last = row.get("last_acknowledged")
         row["last_acknowledged_age_seconds"] = round(now - last, 3) if isinstance(last, float) and last > 0 else None
     return sorted(rows.values(), key=lambda row: str(row["directory"]))

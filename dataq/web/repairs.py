@@ -63,8 +63,9 @@ def repair_argv(settings: Settings, queue: str, target: str) -> list[str]:
     kind, _, where = target.partition(":")
     argv = [*daemon_argv("audit", queue, settings.source), "--repair"]
     if kind == "dir" and where:
-        return [*argv, where]
+        return [*argv, "--", where]  # a path that begins with '-' is a path, not a switch
     if kind == "copies" and where:
+        # The command audits the copies of every storing root of the queue: ROOT's among them.
         return [*argv, "--copies"]
     raise RepairRefused(f"{target!r} is not an audited directory (dir:PATH) or storing root (copies:ROOT)")
 

@@ -83,3 +83,19 @@ async def test_a_queue_that_keeps_no_names_writes_no_index(redis_url: str) -> No
         assert (await store.summary()).active == 3
     finally:
         await store.close()
+
+
+async def test_a_name_holding_glob_characters_is_found_as_written(store: QueueStore) -> None:
+    await store.push_batch([Record(path="/d/obs[1].fits", checksum=checksum_of(1), size=1),
+                            Record(path="/d/obs1.fits", checksum=checksum_of(2), size=1)], "test")
+    assert await found(store, "obs[1].fits") == ["/d/obs1.fits", "/d/obs[1].fits"], "as a glob, and as written"
+    assert await found(store, "/d/obs[1].fits") == ["/d/obs1.fits", "/d/obs[1].fits"]
+
+
+async def test_a_record_is_found_by_its_id_under_a_name_many_records_share(store: QueueStore) -> None:
+    nights = [Record(path=f"/data/night{n:03d}/raw.fits", checksum=checksum_of(n), size=n + 1) for n in range(120)]
+    for first in range(0, 120, 7):
+        await store.push_batch(nights[first:first + 7], "test")
+    hit = await store.find_id(checksum_of(3), NameQuery("raw.fits"))
+    assert hit is not None and (hit.path, hit.size) == ("/data/night003/raw.fits", 4), "beyond the newest 50"
+    assert await store.find_id("f" * 32, NameQuery("raw.fits")) is None

@@ -98,4 +98,7 @@ async def test_sending_again_a_malformed_record_is_refused_with_the_reason(web: 
     result = await post(web, "/api/queues/transfer/again", {"id": "not-a-checksum", "path": "/d/x.fits",
                                                             "size": "12"}, status=400, headers=BEARER)
     assert "not a record to send again" in result["error"] and "checksum" in result["error"]
+    odd = await post(web, "/api/queues/transfer/again", {"id": checksum_of(1), "path": "/d/x.fits", "size": "²"},
+                     status=400, headers=BEARER)
+    assert "not a record to send again" in odd["error"]
     assert (await web.transfer.summary()).active == 0

@@ -40,8 +40,9 @@ end
 local function count_in_ring(rates, kind, n, earlier, now)
   -- The server's clock, not the caller's: every daemon's counts land in the buckets of one clock.
   now = now or tonumber(redis.call('TIME')[1])
-  if count_in_slot(rates, kind, n, now, '', RATE_BUCKET_SECONDS, RATE_SLOTS)
-      and redis.call('HEXISTS', rates, 'since') == 0 then
+  count_in_slot(rates, kind, n, now, '', RATE_BUCKET_SECONDS, RATE_SLOTS)
+  -- Asked at every count, not only a bucket's first: the pop daemons' notes of the backlog's age start buckets too.
+  if redis.call('HEXISTS', rates, 'since') == 0 then
     -- The ring's first count. Records counted before it (a queue older than its ring) are in no bucket, so
     -- the rates cover only from now; a new queue's ring misses nothing.
     redis.call('HSET', rates, 'since', earlier() > 0 and now or 0)
