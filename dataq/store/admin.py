@@ -198,6 +198,11 @@ class AdminOps(ActivityOps):
                 found[record_id] = pushed
         return found
 
+    @translated
+    async def records(self, ids: list[str]) -> list[Record]:
+        """The records of ``ids`` this queue tracks, as stored (one round trip; an id not tracked is left out)."""
+        return await self._records_for(ids)
+
     async def _records_for(self, ids: list[str]) -> list[Record]:
         if not ids:
             return []

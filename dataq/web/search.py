@@ -21,6 +21,7 @@ SEARCH_LIMIT = 50
 """Records one search shows at most, over every queue."""
 MAX_QUERY = 4096
 """The longest query taken (a path is at most this long on Linux)."""
+ANY_NAME = NameQuery("*")
 _ID_LIKE = re.compile(r"[^\s/*?\[\]]{1,256}")
 
 
@@ -73,10 +74,12 @@ class Search:
             max_errors = self.settings.queue(queue).max_errors if queue in self.settings.queues else 0
             if _ID_LIKE.fullmatch(text):
                 (known,) = await store.whereabouts([text], max_errors)
-                view = await store.show(text) if known is not None else None
                 if known is not None:
-                    record = view.record if view is not None else None
-                    hits.append(Hit(queue, text, record.path if record else None, record.size if record else None,
+                    # Its path from the records while it is tracked, else from the names index (never the event
+                    # stream, which --show reads back through).
+                    tracked = await store.records([text])
+                    held = tracked[0] if tracked else await store.find_id(text, ANY_NAME)
+                    hits.append(Hit(queue, text, held.path if held else None, held.size if held else None,
                                     place_of(known), "id"))
             found = await store.find_names(NameQuery(text), limit)
             if found:

@@ -53,24 +53,32 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
         driver.quit()
 
 
-@pytest.fixture
-def suite(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
-    """``dataq run`` with a queue whose action always fails (max_errors 0): (console URL, push port, data dir)."""
+@contextlib.contextmanager
+def failing_suite(tmp_path: Path, message: str, *extra: str) -> Iterator[tuple[str, int, Path]]:
+    """``dataq run`` with queue ``transfer`` whose action always fails with ``message`` (max_errors 0), and the
+    ``extra`` lines of settings: (console URL, push port, settings file)."""
     web_port, push_port, data_dir = free_port(), free_port(), tmp_path / "data"
     config = tmp_path / "dataq.toml"
     config.write_text("\n".join([
         f'data_dir = "{data_dir}"', "[log]", f'dir = "{tmp_path / "log"}"', 'level = "warning"',
-        "[push]", f"port = {push_port}", "[metrics]", "push_port = 0", "pop_port = 0",
+        "[push]", f"port = {push_port}", "[metrics]", "push_port = 0", "pop_port = 0", *extra,
         "[web]", f"port = {web_port}", f'token = "{TOKEN}"',
         "[queues.transfer]", 'actions = ["fail"]', "max_errors = 0",
-        "[queues.transfer.fail]", 'message = "rsync: connection refused by valley.example"',
+        "[queues.transfer.fail]", f'message = "{message}"',
     ]) + "\n")
     process = subprocess.Popen([*DATAQ, "run", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
                                stderr=subprocess.PIPE)
     try:
-        yield f"http://127.0.0.1:{web_port}", push_port, data_dir
+        yield f"http://127.0.0.1:{web_port}", push_port, config
     finally:
         stop_suite(process, 15, data_dir)
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
+    """``dataq run`` with a queue whose action always fails (max_errors 0): (console URL, push port, data dir)."""
+    with failing_suite(tmp_path, "rsync: connection refused by valley.example") as (url, push_port, _):
+        yield url, push_port, tmp_path / "data"
 
 
 def cell(driver: WebDriver, queue: str, field: str) -> str:

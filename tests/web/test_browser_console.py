@@ -28,11 +28,10 @@ from dataq.store import CustodyEntry, Flag, QueueStore
 from testbed.cascade import Cascade
 from testbed.waits import eventually
 from tests.cascade_support import FAST, archived, feed, make_sources
-from tests.e2e.test_suite import stop_suite
 from tests.helpers import checksum_of, make_records
 from tests.pop_support import daemon_env
 from tests.web.conftest import TOKEN, WORKER
-from tests.web.test_browser import DATAQ, FAILING, browser, open_when_served, suite, wait
+from tests.web.test_browser import DATAQ, FAILING, browser, failing_suite, open_when_served, suite, wait
 
 __all__ = ["browser", "suite"]  # the fixtures this module uses from the first browser test's
 
@@ -203,24 +202,11 @@ def test_a_file_is_followed_across_a_two_site_chain_and_a_site_down_turns_the_qu
 def watching_site(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     """``dataq run`` with a watched directory (its feeder started by the suite, its metrics on a free port) and a
     queue whose action fails: (console URL, the watched directory, the settings file)."""
-    web_port, push_port, data_dir = free_port(), free_port(), tmp_path / "data"
     incoming = tmp_path / "incoming"
     incoming.mkdir()
-    config = tmp_path / "dataq.toml"
-    config.write_text("\n".join([
-        f'data_dir = "{data_dir}"', "[log]", f'dir = "{tmp_path / "log"}"', 'level = "warning"',
-        "[push]", f"port = {push_port}", "[metrics]", "push_port = 0", "pop_port = 0",
-        "[feed]", f'directories = ["{incoming}"]', f"metrics_port = {free_port()}", "settle = 0.2",
-        "[web]", f"port = {web_port}", f'token = "{TOKEN}"',
-        "[queues.transfer]", 'actions = ["fail"]', "max_errors = 0",
-        "[queues.transfer.fail]", 'message = "disk full at the archive"',
-    ]) + "\n")
-    process = subprocess.Popen([*DATAQ, "run", "--config", str(config)], env={**daemon_env(), "HOME": str(tmp_path)},
-                               stderr=subprocess.PIPE)
-    try:
-        yield f"http://127.0.0.1:{web_port}", incoming, config
-    finally:
-        stop_suite(process, 15, data_dir)
+    feed = ("[feed]", f'directories = ["{incoming}"]', f"metrics_port = {free_port()}", "settle = 0.2")
+    with failing_suite(tmp_path, "disk full at the archive", *feed) as (url, _, config):
+        yield url, incoming, config
 
 
 @pytest.mark.timeout(180)

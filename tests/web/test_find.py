@@ -41,6 +41,9 @@ async def test_a_file_is_found_by_name_glob_path_or_id_with_where_it_stands(web:
     assert len(await get(web, f"/api/search?q={NIGHT}/*")) == 4
     (by_id,) = await get(web, f"/api/search?q={checksum_of(3)}")
     assert (by_id["by"], by_id["path"], by_id["place"]) == ("id", f"{NIGHT}/obs_0003.fits", "queued")
+    (done,) = await get(web, f"/api/search?q={checksum_of(0)}")
+    assert (done["path"], done["size"], done["place"]) == (f"{NIGHT}/obs_0000.fits", 2000, "done"), \
+        "a record no longer tracked: its path from the names index"
     assert await get(web, "/api/search?q=nothing-like-it.fits") == []
 
 
