@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from dataq.actions.move_options import DEFAULT_HANDON_TIMEOUT
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import options_of
-from dataq.audit.chain import MAX_HOPS, Ask, asker
+from dataq.audit.chain import MAX_HOPS, ArrivedAsk, Ask, arrived_asker, asker
 from dataq.config import QueueSettings, Settings
 from dataq.feed.link import client_tls_context
 from dataq.handshake import PeerBook
@@ -30,6 +30,10 @@ class ChainLink:
         """How this site asks its next sites: to pass each question on ``forward`` sites further, waiting
         ``within`` seconds (None: as :func:`~dataq.audit.chain.asker` says)."""
         return asker(self.site, self.tls, self.timeout, self.peers, forward=forward, within=within)
+
+    def arrived_asker(self) -> ArrivedAsk:
+        """How this site asks the end of its chain which records it holds (:mod:`dataq.audit.arrived`)."""
+        return arrived_asker(self.site, self.tls, self.timeout, self.peers)
 
 
 def chain_link(settings: Settings, queue: QueueSettings) -> ChainLink:

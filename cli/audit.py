@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -17,6 +18,7 @@ from dataq.errors import DataqError
 if TYPE_CHECKING:
     from dataq.audit.command import Directories, StoringRoot
     from dataq.audit.findings import Finding
+    from dataq.audit.hashing import Hashing
 
 EXIT_REFUSED = 2
 """The audit could not run, or refused to repair (:data:`dataq.audit.command.EXIT_REFUSED`)."""
@@ -73,14 +75,16 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
         raise click.UsageError("say what to audit: DIRECTORIES (of sources), or --copies (the copies stored here)")
     if deep and not copies:
         raise click.UsageError("--deep applies to --copies")
-    # Here, not at the top: `dataq feed` and the daemons load this module too, and need neither Redis nor the store.
-    from dataq.audit.command import run_audits
-    from dataq.audit.root_audit import CopiesAudit
-    from dataq.embedded.locate import resolve_redis
-    from dataq.runtime.loop import run_daemon
-
     progress = not as_json and sys.stderr.isatty()
     policy = Repair(repair, limit or RepairLimit.parse(DEFAULT_MAX_REPAIR), force)
+    with contextlib.ExitStack() as hashing:
+        _audit(config_path, queue_names, copies, deep, policy, as_json, scheduled, directories, progress, hashing)
+
+
+def _audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, deep: bool, policy: Repair,
+           as_json: bool, scheduled: bool, directories: tuple[str, ...], progress: bool,
+           hashing: contextlib.ExitStack) -> None:
+    """Run the audits; ``hashing`` holds the hashing of the directories' files, begun before anything else."""
     try:
         settings = load_settings(config_path)
         if scheduled:
@@ -97,7 +101,15 @@ def audit(config_path: str | None, queue_names: tuple[str, ...], copies: bool, d
         if copies and not roots and not scheduled:
             raise Refused(f"no storing root to audit: queue(s) {', '.join(q.name for q in queues)} run neither "
                           "disk_store nor archive_ingest")
-        sources = _sources(settings, queue_names, directories, policy, progress) if directories else None
+        started = _begin_hashing(settings, queue_names, directories, hashing) if directories else None
+        # Here, not at the top: `dataq feed` and the daemons load this module too, and need neither Redis nor the
+        # store; and the files hash meanwhile.
+        from dataq.audit.command import run_audits
+        from dataq.audit.root_audit import CopiesAudit
+        from dataq.embedded.locate import resolve_redis
+        from dataq.runtime.loop import run_daemon
+
+        sources = _sources(settings, queue_names, started, policy, progress) if started else None
         url = resolve_redis(settings, start_embedded=False).url
         how = CopiesAudit(settings.site, deep=deep, repair=policy, progress=progress)
         outcome = run_daemon(run_audits(settings, url, roots=roots, copies=how if copies and roots else None,
@@ -142,28 +154,43 @@ def storing_roots(settings: Settings, queues: list[QueueSettings]) -> list[Stori
     return roots
 
 
-def _sources(settings: Settings, queue_names: tuple[str, ...], directories: tuple[str, ...], repair: Repair,
-             progress: bool) -> Directories:
-    """The directories to audit, chosen from as their feeders choose ([feed]), with how this site asks its chain
-    (as ``network_move`` hands on: its next sites, its TLS, its timeout)."""
-    from dataq.actions.chain_link import chain_link
-    from dataq.audit.command import Directories
-    from dataq.audit.dir_audit import DirectoryAudit
-    from dataq.audit.questions import AuditDesk
+def _begin_hashing(settings: Settings, queue_names: tuple[str, ...], directories: tuple[str, ...],
+                   stack: contextlib.ExitStack) -> Hashing:
+    """The hashing of the files of ``directories``, chosen as their feeders choose them ([feed]), begun now (its
+    workers forked before this process runs a thread of its own), ended with ``stack``; Refused when a directory is
+    not there."""
+    from dataq.audit.hashing import Hashing
+    from dataq.audit.sources import HashPool, check_directories
     from dataq.feed.watch import WatchOptions
 
     if len(queue_names) > 1:
         raise click.UsageError("the files of DIRECTORIES are one queue's: give --queue once")
     queue = settings.queue(queue_names[0] if queue_names else settings.feed.queue)
+    feed = settings.feed
+    watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude,
+                            settle=feed.settle) for directory in directories]
+    check_directories(watched)
+    hashing = Hashing(stack.enter_context(HashPool()), watched, queue.rules.algorithm)
+    stack.callback(hashing.stop)
+    return hashing
+
+
+def _sources(settings: Settings, queue_names: tuple[str, ...], hashing: Hashing, repair: Repair,
+             progress: bool) -> Directories:
+    """The directories being hashed, with how this site asks its chain (as ``network_move`` hands on: its next
+    sites, its TLS, its timeout)."""
+    from dataq.actions.chain_link import chain_link
+    from dataq.audit.command import Directories
+    from dataq.audit.dir_audit import DirectoryAudit
+    from dataq.audit.questions import AuditDesk
+
+    queue = settings.queue(queue_names[0] if queue_names else settings.feed.queue)
     link = chain_link(settings, queue)
     roots = storing_roots(settings, [queue])
     desk = AuditDesk(settings.site, queue.max_errors, link.next_sites, roots[0].root if roots else None,
                      settings.data_dir)
-    feed = settings.feed
-    watched = [WatchOptions(directory, recursive=feed.recursive, include=feed.include, exclude=feed.exclude,
-                            settle=feed.settle) for directory in directories]
     how = DirectoryAudit(desk, queue.rules, repair=repair, progress=progress)
-    return Directories(queue.name, watched, how, link.asker())
+    return Directories(queue.name, list(hashing.directories), how, link.asker(), link.arrived_asker(), hashing)
 
 
 async def tell(settings: Settings, counts: dict[str, int], findings: list[Finding], repaired: list[Finding],

@@ -19,12 +19,15 @@ import hashlib
 import os
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import xxhash
 
 from dataq.errors import DataqError
 from dataq.file_identity import Identity, identity_of, settled
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 DEFAULT_ALGORITHM = "md5"
 """The checksum of the 2014 data-q's feeders (and of the default ``checksum_pattern``)."""
@@ -46,7 +49,7 @@ class Aborted(DataqError):
 
 
 class Hasher(Protocol):
-    def update(self, data: bytes, /) -> None: ...
+    def update(self, data: ReadableBuffer, /) -> None: ...
 
     def hexdigest(self) -> str: ...
 
@@ -102,6 +105,34 @@ def hash_fd_many(fd: int, algorithms: tuple[str, ...], abort: threading.Event | 
             digest.update(chunk)
         total += len(chunk)
     return [digest.hexdigest() for digest in digests], total
+
+
+class FileHashing:
+    """Hashes many files one after the other with ``algorithm``, into one buffer (an audit's worker hashes
+    100,000 files of 20 KB: a new buffer, a new chunk object and a hashlib name looked up per file cost a sixth of
+    what the hashing does)."""
+
+    def __init__(self, algorithm: str) -> None:
+        constructor = getattr(hashlib, algorithm, None) if algorithm in hashlib.algorithms_guaranteed else None
+        # hashlib's named constructors are OpenSSL's own; hashlib.new goes through Python first.
+        self._new = (lambda: constructor(usedforsecurity=False)) if constructor is not None else \
+            (lambda: new_hasher(algorithm))
+        self._buffer = bytearray(CHUNK_BYTES)
+        self._view = memoryview(self._buffer)
+
+    def of_regular_file(self, fd: int) -> tuple[str, int]:
+        """(hex digest, bytes read) of the regular file open at ``fd``, read from where it stands (a file just
+        opened: its start) to its end: the first read shorter than the buffer, which a regular file returns only
+        there (a small file is one read, not two)."""
+        digest = self._new()
+        total = 0
+        buffers = [self._buffer]
+        while read := os.readv(fd, buffers):
+            digest.update(self._view[:read])
+            total += read
+            if read < CHUNK_BYTES:
+                break
+        return digest.hexdigest(), total
 
 
 def hash_file_settled(path: str, algorithm: str = DEFAULT_ALGORITHM,

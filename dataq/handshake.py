@@ -3,7 +3,7 @@
 A client (a feeder, a cascade's hand-on, a custody keeper asking for receipts) opens every connection with one
 line, before any record::
 
-    {"hello":"dataq","version":"0.2.0","speaks":["activity","again","algorithm","audit","identity","pass_on","receipts","site"]}
+    {"hello":"dataq","version":"0.2.0","speaks":["activity","again","algorithm","arrived","audit","identity","pass_on","receipts","site"]}
 
 and reads one line back before it sends anything else. A push daemon that knows the handshake answers with the
 same kind of line, naming what *it* speaks; both sides then use the intersection (:attr:`Greeting.capabilities`).
@@ -60,6 +60,9 @@ class Capability(enum.StrEnum):
     """Audit questions with ``"forward"``: the site passes them on along its chain and adds the answers after it."""
     ACTIVITY = "activity"
     """A record line's ``"activity"`` key: the activity the record is served in (:mod:`dataq.activities`)."""
+    ARRIVED = "arrived"
+    """Arrived questions (:mod:`dataq.audit.arrived`): whether the end of a chain holds a copy of each record, one mark
+    per id."""
 
 
 OURS: Final = frozenset(Capability)

@@ -14,12 +14,14 @@ classification reports them as far as the chain could tell.
 
 from __future__ import annotations
 
+import itertools
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
+from dataq.audit import arrived
 from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
-from dataq.custody.client import NotSpoken, ask_lines
+from dataq.custody.client import NotSpoken, ask_lines, exchange
 from dataq.errors import DataqError
 from dataq.handshake import Capability, PeerBook
 
@@ -33,12 +35,15 @@ was silent, rather than timing out on it."""
 FIRST_WAIT_FACTOR = 2.0
 """A question passed on is waited for this many times a single site's time: the sites further on answer in it."""
 
-__all__ = ["MAX_HOPS", "Ask", "Ends", "Hop", "Silent", "asker", "walk"]
+__all__ = ["MAX_HOPS", "ArrivedAsk", "Ask", "Ends", "Hop", "Silent", "arrived_asker", "asker", "walk"]
 
 
 Hop = Answer | Silent
 Ask = Callable[[str, list[str]], Awaitable[list[Answer]]]
 """Asks the push daemon at an address about ids: their answers in order (DataqError if it cannot)."""
+ArrivedAsk = Callable[[str, list[str]], Awaitable[tuple[set[str], str]]]
+"""Asks the push daemon at an address which of ids it holds (:mod:`dataq.audit.arrived`): those, and its site's name
+(NotSpoken if it does not speak arrived questions, DataqError if it cannot be asked)."""
 
 
 def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook | None = None, *,
@@ -62,15 +67,45 @@ def asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook
     return ask
 
 
+def arrived_asker(site: str, tls: ssl.SSLContext | None, timeout: float, peers: PeerBook | None = None) -> ArrivedAsk:
+    """How site ``site`` asks a push daemon, over ``tls``, which records it holds, waiting ``timeout`` seconds plus a
+    little per id."""
+    book = peers or PeerBook()
+
+    async def ask(address: str, ids: list[str]) -> tuple[set[str], str]:
+        try:
+            host, port = parse_target(address)
+        except ValueError as exc:
+            raise DataqError(f"{address}: {exc}") from None
+        starts = range(0, len(ids), arrived.IDS_PER_QUESTION)
+        lines = await exchange(
+            host, port, tls=tls, within=timeout + SECONDS_PER_ID * len(ids), peer=book[address],
+            capability=Capability.ARRIVED, what="arrived questions",
+            questions=lambda _: ([arrived.question_line(ids[start:start + arrived.IDS_PER_QUESTION], site)
+                                  for start in starts], len(starts)))
+        found: set[str] = set()
+        answering = ""
+        for start, line in zip(starts, lines, strict=True):
+            part = ids[start:start + arrived.IDS_PER_QUESTION]
+            marks, answering = arrived.parse_answer(line, len(part))
+            found.update(itertools.compress(part, (mark == arrived.HERE for mark in marks)))
+        return found, answering
+
+    return ask
+
+
 class Ends:
     """The addresses of the end of the chain, once a walk has reached it: later groups of files are asked there
     first, and only those it does not hold are followed site by site (a morning's audit of a healthy chain then
     asks one site, not every site, about every file). An end that cannot be reached from here (a site that only
     its previous site reaches) is not asked again."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrived_ask: ArrivedAsk | None = None) -> None:
         self.addresses: tuple[str, ...] | None = None
         self.unreachable = False
+        self.arrived_ask = arrived_ask
+        """Asks the end which records have arrived there, in one mark per id (None, or an end that does not speak
+        arrived questions: it is asked the full audit question)."""
 
     def learn(self, hops: list[Hop]) -> None:
         """Where the end of the chain is, from a journey that reached it: the previous site's next sites."""
@@ -80,17 +115,40 @@ class Ends:
         if isinstance(end, Answer) and isinstance(before, Answer) and end.refused is None and not end.next_sites:
             self.addresses = before.next_sites
 
-    async def held(self, ids: list[str], ask: Ask) -> dict[str, Answer]:
+    async def arrived(self, ids: list[str], ask: Ask) -> dict[str, Answer]:
         """The answers of the end of the chain that prove it holds a copy (none while its address is unknown,
         or when it does not answer)."""
         if self.addresses is None or self.unreachable or not ids:
             return {}
+        if self.arrived_ask is not None:
+            marked = await self._arrived_marks(self.addresses, ids, self.arrived_ask)
+            if marked is not None:
+                return marked
         answered = await _first_answering(self.addresses, ids, ask)
         if isinstance(answered, Silent):
             self.unreachable = True
             return {}
         return {answer.record_id: answer for answer in answered
                 if answer.copy is CopyState.PRESENT and not answer.next_sites}
+
+    async def _arrived_marks(self, addresses: tuple[str, ...], ids: list[str],
+                          arrived_ask: ArrivedAsk) -> dict[str, Answer] | None:
+        """:meth:`arrived`, by an arrived question to the first of ``addresses`` that answers it (None: the end does not
+        speak arrived questions)."""
+        for address in addresses:
+            try:
+                found, site = await arrived_ask(address, ids)
+            except NotSpoken:
+                self.arrived_ask = None  # an older end: the full question, from now on
+                return None
+            except DataqError:
+                continue
+            # One answer stands for every file arrived there: it says what the end proved (a copy there with its
+            # size, at a site that hands nothing on), and its state was not asked.
+            holds = Answer("", SiteState.UNKNOWN, site, copy=CopyState.PRESENT)
+            return dict.fromkeys(found, holds)
+        self.unreachable = True
+        return {}
 
 
 async def walk(first: dict[str, Answer], ask: Ask, ends: Ends | None = None, *,

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from dataq.audit.brakes import Refused
-from dataq.audit.chain import Ask
-from dataq.audit.dir_audit import DirectoryAudit, audit_directories, check_directories
+from dataq.audit.chain import ArrivedAsk, Ask
+from dataq.audit.dir_audit import DirectoryAudit, audit_directories
 from dataq.audit.findings import Finding, Report, json_lines, table
+from dataq.audit.hashing import Hashing
 from dataq.audit.root_audit import CopiesAudit, audit_root
+from dataq.audit.sources import check_directories
 from dataq.config import Settings
 from dataq.feed.watch import WatchOptions
 from dataq.store import QueueStore
@@ -41,6 +43,10 @@ class Directories:
     directories: list[WatchOptions]
     how: DirectoryAudit
     ask: Ask
+    arrived: ArrivedAsk | None = None
+    """How the end of the chain is asked which files it holds (None: with the full audit question)."""
+    hashing: Hashing | None = None
+    """The hashing of the directories' files, begun before the audit (None: the audit begins it)."""
 
 
 @dataclass(slots=True)
@@ -86,7 +92,8 @@ async def run_audits(settings: Settings, url: str, *, roots: list[StoringRoot], 
         check_directories(sources.directories)
         store = QueueStore.open(settings, url, sources.queue)
         try:
-            result = await audit_directories(store, sources.directories, sources.ask, sources.how)
+            result = await audit_directories(store, sources.directories, sources.ask, sources.how,
+                                             arrived_ask=sources.arrived, hashing=sources.hashing)
             outcome.add(result.report, result.repaired)
             outcome.warnings += [f"{hop.site} cannot answer audit questions ({hop.reason}); its files are reported "
                                  "as far as the chain could tell" if hop.older else

@@ -27,10 +27,14 @@ LOOKUP_CHUNK = 500
 """Checksums per SELECT (SQLite's default limit of host parameters is 999)."""
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for another's write to end."""
+MMAP_BYTES = 1 << 30
+"""Bytes of the index SQLite reads by mapping the file rather than copying its pages (each question opens the index
+anew: mapped pages are the system's page cache, already warm, where its own page cache would start empty)."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS copies (path BLOB PRIMARY KEY, checksum TEXT NOT NULL, size INTEGER,
                                    manifest TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS copies_by_checksum ON copies (checksum);
+CREATE INDEX IF NOT EXISTS copies_by_checksum_path_size ON copies (checksum, path, size);
+DROP INDEX IF EXISTS copies_by_checksum;
 CREATE TABLE IF NOT EXISTS manifests (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 """
 
@@ -51,6 +55,7 @@ class CopyIndex:
         path = index_file(data_dir, root)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        self._db.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         self._db.executescript(_SCHEMA)
 
     def __enter__(self) -> CopyIndex:
@@ -90,14 +95,24 @@ class CopyIndex:
 
     def lookup(self, checksums: Sequence[str]) -> dict[str, list[Named]]:
         """The copies the manifests name for each of ``checksums`` (absent: none)."""
-        found: dict[str, list[Named]] = {}
+        return {checksum: [Named(os.fsdecode(path), size) for path, size in copies]
+                for checksum, copies in self.lookup_paths(checksums).items()}
+
+    def lookup_paths(self, checksums: Sequence[str]) -> dict[str, list[tuple[bytes, int | None]]]:
+        """:meth:`lookup`, each copy as (its path under the root, as bytes; its size), as the index holds it."""
+        found: dict[str, list[tuple[bytes, int | None]]] = {}
+        for checksum, path, size in self.copies_of(checksums):
+            found.setdefault(checksum, []).append((path, size))
+        return found
+
+    def copies_of(self, checksums: Sequence[str]) -> Iterator[tuple[str, bytes, int | None]]:
+        """Each copy the manifests name for one of ``checksums``: (its checksum, its path under the root as bytes,
+        its size), as the index holds it."""
         for start in range(0, len(checksums), LOOKUP_CHUNK):
             chunk = list(checksums[start:start + LOOKUP_CHUNK])
             marks = ",".join("?" * len(chunk))
-            for checksum, path, size in self._db.execute(
-                    f"SELECT checksum, path, size FROM copies WHERE checksum IN ({marks})", chunk):
-                found.setdefault(checksum, []).append(Named(os.fsdecode(path), size))
-        return found
+            # Answered from the index alone, which holds every column asked: one search per checksum.
+            yield from self._db.execute(f"SELECT checksum, path, size FROM copies WHERE checksum IN ({marks})", chunk)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:

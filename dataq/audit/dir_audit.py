@@ -6,18 +6,19 @@ site takes it though it remembers it done."""
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 
 from dataq.audit.brakes import Refused, Repair
-from dataq.audit.chain import Ask, Ends, Hop, Silent, walk
+from dataq.audit.chain import ArrivedAsk, Ask, Ends, Hop, Silent, walk
 from dataq.audit.classify import classify
-from dataq.audit.findings import FileClass, Finding, Report
+from dataq.audit.findings import GOOD, FileClass, Finding, Report
+from dataq.audit.hashing import Hashing
 from dataq.audit.progress import Progress
-from dataq.audit.questions import AuditDesk
+from dataq.audit.questions import Answer, AuditDesk
 from dataq.audit.relay import this_site
-from dataq.audit.sources import Hashed, HashPool, names_of, settled_before
+from dataq.audit.sources import Hashed, HashPool, check_directories
 from dataq.errors import InvalidRecord
 from dataq.feed.watch import WatchOptions
 from dataq.record import Record, RecordRules, make_record
@@ -25,6 +26,9 @@ from dataq.store import QueueStore
 
 GROUP_FILES = 5000
 """Files hashed before their records are asked about, while the next files hash."""
+FIRST_GROUP_FILES = 100
+"""Files of the first group: its walk along the chain learns where the chain ends, and every later group is asked
+there first (a first group of 5,000 would be followed site by site, each site answering in full)."""
 GROUPS_ASKED_AT_ONCE = 2
 """Groups whose questions are out at once: the sites answer one while the next is sent."""
 PUSH_CHUNK = 1000
@@ -51,55 +55,67 @@ class DirectoryResult:
     """Each site that could not be asked, once."""
 
 
-def check_directories(directories: list[WatchOptions]) -> None:
-    """Refused (whatever ``--force`` says) when a directory to audit does not exist or is not a directory."""
-    for options in directories:
-        if not os.path.isdir(options.root):
-            raise Refused(f"{options.root} is not a directory: nothing to audit there (is it mounted?)")
-
-
 async def audit_directories(store: QueueStore, directories: list[WatchOptions], ask: Ask,
-                            how: DirectoryAudit) -> DirectoryResult:
-    """Audit the files of ``directories``; Refused when a directory is missing or a repair is above the limit."""
+                            how: DirectoryAudit, *, arrived_ask: ArrivedAsk | None = None,
+                            hashing: Hashing | None = None) -> DirectoryResult:
+    """Audit the files of ``directories``, asking the sites with ``ask`` (and the end of the chain, once known, with
+    ``arrived_ask``), their files hashed by ``hashing`` (begun earlier; None: begun here); Refused when a directory is
+    missing or a repair is above the limit."""
     started = time.time()
     check_directories(directories)
-    with HashPool() as hashing:
-        return await _audit(store, directories, ask, how, hashing, started)
+    if hashing is not None:
+        return await _audit(store, directories, ask, how, hashing, started, Ends(arrived_ask))
+    with HashPool() as pool:
+        return await _audit(store, directories, ask, how, Hashing(pool, directories, how.rules.algorithm), started,
+                            Ends(arrived_ask))
 
 
 async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, how: DirectoryAudit,
-                 hashing: HashPool, started: float) -> DirectoryResult:
-    listings = [await asyncio.to_thread(names_of, options) for options in directories]
-    every = [path for listing in listings for path in listing.files]
-    newest_ns = min(settled_before(options) for options in directories)
-    progress = Progress("files audited", len(every), enabled=how.progress)
-    findings: list[Finding] = [Finding(folder, "", FileClass.UNREADABLE, how.desk.site, f"cannot list it: {why}")
-                               for listing in listings for folder, why in listing.unlisted]
+                 hashing: Hashing, started: float, ends: Ends) -> DirectoryResult:
+    progress = Progress("files audited", 0, enabled=how.progress)
+    findings: list[Finding] = []
     readable: list[Hashed] = []
+    arrived: list[str] = []
+    """The paths of the files that arrived: counted, and no :class:`Finding` made of each."""
+    proven: dict[str, Answer] = {}
+    """The end of the chain's answers that prove each id's file arrived there, by id."""
     journeys: dict[str, list[Hop]] = {}
     asked: set[str] = set()
     later: list[Hashed] = []
     asking: list[asyncio.Task[None]] = []
     at_once = asyncio.Semaphore(GROUPS_ASKED_AT_ONCE)
-    ends = Ends()
+    learning = asyncio.Lock()
+    """Held by a group walked along the chain while its end is not known: the next group waits to be asked there."""
+
+    def place(items: list[Hashed]) -> None:
+        """Classify ``items``, whose records have been asked about."""
+        for item in items:
+            if item.checksum in proven:
+                arrived.append(item.path)
+                continue
+            finding = classify(item.path, item.checksum, journeys[item.checksum])
+            if finding.file_class in GOOD:
+                arrived.append(item.path)
+            else:
+                findings.append(finding)
 
     async def ask_about(ids: list[str], items: list[Hashed]) -> None:
         """Ask about ``ids``, then classify ``items`` (the files whose records they are)."""
-        async with at_once:
+        async with at_once, learning if ends.addresses is None else contextlib.nullcontext():
             # The end of the chain first: what it proves it holds has arrived, wherever else it was.
-            held = await ends.held(ids, ask)
-            journeys.update({record_id: [answer] for record_id, answer in held.items()})
-            rest = [record_id for record_id in ids if record_id not in held]
+            found = await ends.arrived(ids, ask)
+            proven.update(found)
+            rest = [record_id for record_id in ids if record_id not in found]
             if rest:
                 journeys.update(await walk(await this_site(store, how.desk, rest), ask, ends))
-        # While the next groups hash, rather than all at the end.
-        findings.extend(classify(item.path, item.checksum, journeys[item.checksum]) for item in items)
+        place(items)  # while the next groups hash, rather than all at the end
 
     try:
         # Each group of files is asked about while the next are hashed: the chain's answers take the time the
         # hashing leaves free, instead of following it.
-        async for group in hashing.hash_in_groups(every, how.rules.algorithm, group=GROUP_FILES, newest_ns=newest_ns,
-                                                  tick=progress.tick if progress.enabled else None):
+        async for group in hashing.groups(GROUP_FILES, first=FIRST_GROUP_FILES,
+                                          tick=progress.tick if progress.enabled else None):
+            progress.total = hashing.listed
             unreadable, good = _unreadable(group, how)
             findings += unreadable
             readable += good
@@ -114,28 +130,33 @@ async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, h
     finally:
         for task in asking:
             task.cancel()
+    progress.total = hashing.listed
     progress.finish()
-    findings += [classify(item.path, item.checksum, journeys[item.checksum]) for item in later]
+    findings += [Finding(folder, "", FileClass.UNREADABLE, how.desk.site, f"cannot list it: {why}")
+                 for folder, why in hashing.unlisted]
+    place(later)
     findings.sort(key=lambda item: item.path)
-    report = Report.of(findings)
+    report = Report.of(findings, arrived=len(arrived))
     # Kept before any repair: a repair the brakes refuse leaves what the audit found on record all the same.
-    await _save(store, directories, findings, [], how, started)
+    await _save(store, directories, findings, arrived, [], how, started)
     if how.repair.enabled:
         repaired = await _repair(store, readable, report, how)
-        await _save(store, directories, findings, repaired, how, started)
+        await _save(store, directories, findings, arrived, repaired, how, started)
     else:
         repaired = []
     silent = {hop.site: hop for hops in journeys.values() for hop in hops if isinstance(hop, Silent)}
     return DirectoryResult(report, repaired, list(silent.values()))
 
 
-async def _save(store: QueueStore, directories: list[WatchOptions], findings: list[Finding],
+async def _save(store: QueueStore, directories: list[WatchOptions], findings: list[Finding], arrived: list[str],
                 repaired: list[Finding], how: DirectoryAudit, started: float) -> None:
     """Keep each directory's audit (:meth:`QueueStore.save_audit`): its counts per class and its repairs."""
     for options in directories:
         root = options.root
         prefix = root.rstrip("/") + "/"
-        part = Report.of([item for item in findings if item.path.startswith(prefix)])
+        part = Report.of([item for item in findings if item.path.startswith(prefix)],
+                         arrived=len(arrived) if len(directories) == 1 else
+                         sum(1 for path in arrived if path.startswith(prefix)))
         await store.save_audit(f"dir:{root}", {
             "kind": "directory", "directory": root, "site": how.desk.site, "at": round(started, 3),
             "seconds": round(time.time() - started, 3), "files": part.files, "counts": part.counts,
@@ -145,8 +166,12 @@ async def _save(store: QueueStore, directories: list[WatchOptions], findings: li
 def _unreadable(hashed: list[Hashed], how: DirectoryAudit) -> tuple[list[Finding], list[Hashed]]:
     """Findings for the files that could not be read or whose checksum the queue refuses, and the others."""
     findings, readable = [], []
+    pattern = how.rules.compiled
     for item in hashed:
         if item.error is None:
+            if pattern.fullmatch(item.checksum) is not None:  # a digest's hex digits: the queue's pattern alone
+                readable.append(item)
+                continue
             try:
                 how.rules.check_checksum(item.checksum)
             except InvalidRecord as exc:

@@ -4,7 +4,8 @@ site needs to reach only its own next sites, as its records do.
 
 A push daemon answers an audit question that asks it to pass it on (``"forward": N``, N sites further at most)
 here rather than in its committer: asking the next sites takes round trips, and the records of every other
-connection must not wait for them.
+connection must not wait for them. Arrived questions (:mod:`dataq.audit.arrived`) are answered here too: they read the
+storing root, not Redis, and an audit connection asks them beside its audit questions.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from dataq.audit.arrived import ARRIVED_KEY, arrived_lines
 from dataq.audit.chain import MAX_HOPS, Ask, walk
 from dataq.audit.questions import Answer, AuditDesk, SiteState
 from dataq.custody.receipts import ReceiptQuery
@@ -56,8 +58,19 @@ class Relay:
     ask_for: AskFor | None = None
 
     async def answer(self, queries: list[ReceiptQuery], deadline: float | None = None) -> list[str]:
-        """The answer lines of each question, in order (one line per id), asking the next sites about all of
-        their ids at once, by ``deadline`` (the event loop's time; None: within what each question says)."""
+        """The answer lines of each question, in order: an arrived question's one line (:mod:`dataq.audit.arrived`), an
+        audit question's one line per id, asking the next sites about all of their ids at once, by ``deadline``
+        (the event loop's time; None: within what each question says)."""
+        arrived = [query for query in queries if query.key == ARRIVED_KEY]
+        if not arrived:
+            return await self._audit(queries, deadline)
+        asked = [query for query in queries if query.key != ARRIVED_KEY]
+        arrived_answers = iter(await asyncio.to_thread(arrived_lines, self.desk, arrived))
+        audit_answers = iter(await self._audit(asked, deadline) if asked else [])
+        return [next(arrived_answers if query.key == ARRIVED_KEY else audit_answers) for query in queries]
+
+    async def _audit(self, queries: list[ReceiptQuery], deadline: float | None) -> list[str]:
+        """The answer lines of each audit question, in order (one line per id)."""
         ids = list(dict.fromkeys(record_id for query in queries for record_id in query.valid))
         try:
             first = await this_site(self.store, self.desk, ids)

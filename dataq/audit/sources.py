@@ -7,12 +7,12 @@ later, as the feeder leaves it (it may still be written).
 
 The listing reads the directories' entries only; each file is opened, looked at (a regular file, settled) and
 hashed by a worker process, on every core: looking at 100,000 files one by one before hashing the first would
-cost a fifth of md5sum's time for the whole tree.
+cost a fifth of md5sum's time for the whole tree. :mod:`.hashing` hands the files to the workers as they are
+listed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import multiprocessing
@@ -20,27 +20,22 @@ import os
 import signal
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from dataq.checksum import hash_fd
-from dataq.errors import DataqError
+from dataq.audit.brakes import Refused
+from dataq.checksum import FileHashing
 from dataq.feed.watch import WatchOptions
 
-CHUNK = 256
-"""Files hashed per task at most: enough that sending the task and its answers between processes costs little."""
-TASKS_PER_WORKER = 8
-"""Tasks per worker at least, whatever the files' sizes (unknown until each is opened): 100 files of 30 MB are
-not one task for one core."""
 GONE = (errno.ENOENT, errno.ELOOP)
 """A file removed, or replaced by a link, since the directory was listed: no longer one of its files."""
 
 
-@dataclass(frozen=True, slots=True)
-class Hashed:
-    """A file and its checksum and size, or why it could not be read."""
+class Hashed(NamedTuple):
+    """A file and its checksum and size, or why it could not be read (a tuple: an audit makes 100,000 of them, and a
+    frozen dataclass costs ten times as much to make)."""
 
     path: str
     checksum: str = ""
@@ -57,29 +52,52 @@ class Listing:
     unlisted: list[tuple[str, str]]
 
 
-def names_of(options: WatchOptions) -> Listing:
+LISTED_AT_ONCE = 1000
+"""Files of a folder handed on to be hashed at once, while the folder is still being listed."""
+
+
+def listed(options: WatchOptions, unlisted: list[tuple[str, str]]) -> Iterator[list[str]]:
     """The regular files of the directory a feeder with ``options`` would feed (by their directory entries: links
-    and special files are not followed or opened); a folder removed while it is listed is passed over, one that
-    cannot be read is said."""
-    found: list[str] = []
-    unlisted: list[tuple[str, str]] = []
+    and special files are not followed or opened), folder by folder, at most :data:`LISTED_AT_ONCE` at a time; a
+    folder removed while it is listed is passed over, one that cannot be read is added to ``unlisted`` with why."""
+    root = options.root.rstrip("/") + "/"
     folders = [options.root]
     while folders:
         folder = folders.pop()
+        relative = folder[len(root):] + "/" if folder.startswith(root) else ""
+        found: list[str] = []
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False):
                         if options.enters(entry.path):
                             folders.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False) and options.wanted(entry.path):
+                    elif entry.is_file(follow_symlinks=False) and options.wanted_in(relative, entry.name):
                         found.append(entry.path)
+                        if len(found) >= LISTED_AT_ONCE:
+                            yield found
+                            found = []
         except FileNotFoundError:
-            continue
+            pass
         except OSError as exc:
             unlisted.append((folder, exc.strerror or str(exc)))
+        if found:
+            yield found
+
+
+def names_of(options: WatchOptions) -> Listing:
+    """All of :func:`listed` at once, in path order."""
+    unlisted: list[tuple[str, str]] = []
+    found = [path for part in listed(options, unlisted) for path in part]
     found.sort()
     return Listing(found, sorted(unlisted))
+
+
+def check_directories(directories: list[WatchOptions]) -> None:
+    """Refused (whatever ``--force`` says) when a directory to audit does not exist or is not a directory."""
+    for options in directories:
+        if not os.path.isdir(options.root):
+            raise Refused(f"{options.root} is not a directory: nothing to audit there (is it mounted?)")
 
 
 def settled_before(options: WatchOptions, now: float | None = None) -> int:
@@ -94,6 +112,7 @@ Result = tuple[str, int, str | None] | None
 def _hash_chunk(paths: Sequence[str], algorithm: str, newest_ns: int) -> list[Result]:
     """Each file's :data:`Result`, in a worker process."""
     done: list[Result] = []
+    hashing = FileHashing(algorithm)
     for path in paths:
         try:
             # Not following a link, nor waiting on a FIFO put in a file's place since the listing.
@@ -106,7 +125,7 @@ def _hash_chunk(paths: Sequence[str], algorithm: str, newest_ns: int) -> list[Re
             if not stat.S_ISREG(info.st_mode) or info.st_mtime_ns > newest_ns:
                 done.append(None)
                 continue
-            checksum, size = hash_fd(fd, algorithm)
+            checksum, size = hashing.of_regular_file(fd)
             done.append((checksum, size, None))
         except OSError as exc:
             done.append(("", 0, exc.strerror or str(exc)))
@@ -150,36 +169,6 @@ class HashPool:
             with contextlib.suppress(OSError):
                 process.terminate()
 
-    async def hash_in_groups(self, paths: Sequence[str], algorithm: str, *, group: int, newest_ns: int,
-                             tick: Callable[[int], None] | None = None) -> AsyncIterator[list[Hashed]]:
-        """Each file modified at ``newest_ns`` or before hashed, in order, yielded ``group`` files at a time as
-        soon as they are: the caller asks about a group while the next hash."""
-        loop = asyncio.get_running_loop()
-        chunk = max(1, min(CHUNK, len(paths) // (self.workers * TASKS_PER_WORKER)))
-        starts = range(0, len(paths), chunk)
-        futures = [loop.run_in_executor(self._pool, _hash_chunk, paths[start:start + chunk], algorithm, newest_ns)
-                   for start in starts]
-        try:
-            ready: list[Hashed] = []
-            for start, future in zip(starts, futures, strict=True):
-                try:
-                    results = await future
-                except BrokenProcessPool as exc:
-                    raise DataqError(f"a hashing process of the audit died (killed, or out of memory): {exc}") \
-                        from None
-                for path, result in zip(paths[start:start + chunk], results, strict=True):
-                    if result is None:
-                        if tick is not None:
-                            tick(0)  # not one to audit: counted as looked at, for the progress line's total
-                        continue
-                    ready.append(Hashed(path, *result))
-                    if tick is not None:
-                        tick(result[1])
-                if len(ready) >= group:
-                    yield ready
-                    ready = []
-            if ready:
-                yield ready
-        finally:
-            for future in futures:
-                future.cancel()
+    def submit(self, paths: list[str], algorithm: str, newest_ns: int) -> Future[list[Result]]:
+        """Hash the files at ``paths`` in a worker: each one's :data:`Result`."""
+        return self._pool.submit(_hash_chunk, paths, algorithm, newest_ns)

@@ -91,6 +91,27 @@ async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls:
     """The answer lines of a push daemon that speaks ``capability`` to the question lines under ``key`` about
     ``ids``, one per id, in order (see :func:`ask` for the errors); audit questions are passed on ``forward``
     sites further, each given ``passed_within`` seconds."""
+
+    def questions(greeting: Greeting) -> tuple[list[bytes], int]:
+        further, further_within = forward, passed_within
+        if not greeting.speaks(Capability.PASS_ON):
+            # A peer that answers audit questions but does not pass them on would refuse the keys: it is asked
+            # for its own answers, and its asker goes on past it itself.
+            further, further_within = 0, None
+        return [query_line(list(ids[start:start + IDS_PER_LINE]), site, key, forward=further, within=further_within)
+                for start in range(0, len(ids), IDS_PER_LINE)], len(ids)
+
+    return await exchange(host, port, tls=tls, within=within, peer=peer, capability=capability, what=f"{key} questions",
+                          questions=questions)
+
+
+async def exchange(host: str, port: int, *, tls: ssl.SSLContext | None, within: float, peer: Peer | None,
+                   capability: Capability, what: str,
+                   questions: Callable[[Greeting], tuple[list[bytes], int]]) -> list[bytes]:
+    """The answer lines of a push daemon that speaks ``capability`` to the question lines ``questions`` composes
+    for it once it has greeted (with how many answer lines they take), on a connection of their own: FeedError if
+    it cannot be reached or does not answer within ``within`` seconds, NotSpoken if its handshake does not name
+    ``capability``, ProtocolError if it answers more lines than asked."""
     try:
         async with asyncio.timeout(within):
             reader, writer = await asyncio.open_connection(host, port, ssl=tls)
@@ -100,28 +121,24 @@ async def ask_lines(host: str, port: int, ids: Sequence[str], *, site: str, tls:
                     peer.learned(greeting)
                 if not greeting.speaks(capability):
                     raise NotSpoken(greeting, capability)
-                if not greeting.speaks(Capability.PASS_ON):
-                    # A peer that answers audit questions but does not pass them on would refuse the keys: it is
-                    # asked for its own answers, and its asker goes on past it itself.
-                    forward, passed_within = 0, None
-                return await _exchange(reader, writer, ids,
-                                       lambda part: query_line(part, site, key, forward=forward, within=passed_within))
+                lines, expected = questions(greeting)
+                return await _exchange(reader, writer, lines, expected)
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, ssl.SSLError):
                     await writer.wait_closed()
     except TimeoutError:
-        raise FeedError(f"{host}:{port} did not answer {key} questions within {within:g} s") from None
+        raise FeedError(f"{host}:{port} did not answer {what} within {within:g} s") from None
     except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
         raise_if_tls_refused(exc, host, port)
-        raise FeedError(f"cannot ask {host}:{port} {key} questions: {exc}") from exc
+        raise FeedError(f"cannot ask {host}:{port} {what}: {exc}") from exc
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ids: Sequence[str],
-                    line_of: Callable[[list[str]], bytes]) -> list[bytes]:
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, questions: list[bytes],
+                    expected: int) -> list[bytes]:
     async def send() -> None:
-        for start in range(0, len(ids), IDS_PER_LINE):
-            writer.write(line_of(list(ids[start:start + IDS_PER_LINE])))
+        for line in questions:
+            writer.write(line)
             await writer.drain()
 
     # Sent while the answers are read: an audit asks about 100,000 ids, and a daemon whose answers nobody reads
@@ -131,16 +148,16 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         # Read in blocks, not line by line: 100,000 answers would cost as many turns of the event loop.
         lines: list[bytes] = []
         rest = b""
-        while len(lines) < len(ids):
+        while len(lines) < expected:
             block = await reader.read(READ_BYTES)
             if not block:
-                raise ConnectionResetError("the connection closed before every id was answered")
+                raise ConnectionResetError("the connection closed before every question was answered")
             *complete, rest = (rest + block).split(b"\n")
             lines += [line + b"\n" for line in complete]
             if len(rest) > MAX_ANSWER_BYTES:
                 raise ProtocolError(f"an answer line longer than {MAX_ANSWER_BYTES} bytes")
-        if len(lines) > len(ids) or rest:
-            raise ProtocolError(f"{len(lines) - len(ids)} more answer lines than ids asked about")
+        if len(lines) > expected or rest:
+            raise ProtocolError(f"{len(lines) - expected} more answer lines than asked for")
         await sending
         return lines
     finally:

@@ -62,6 +62,8 @@ class ReceiptKind(enum.StrEnum):
 _MARKER: Final = b'"receipts"'
 AUDIT_QUESTION_KEY: Final = "audit"
 """The key of an audit question (:mod:`dataq.audit.questions`, which this module cannot import)."""
+ARRIVED_QUESTION_KEY: Final = "arrived"
+"""The key of an arrived question (:mod:`dataq.audit.arrived`)."""
 FORWARD_KEYS: Final = ("forward", "within")
 """The keys only an audit question may carry: it is passed on along the chain."""
 

@@ -84,6 +84,11 @@ class WatchOptions:
         relative = path[len(prefix):] if path.startswith(prefix) else os.path.relpath(path, self.root)
         return self._chooser.wanted(relative, os.path.basename(path))
 
+    def wanted_in(self, folder: str, name: str) -> bool:
+        """:meth:`wanted` of the file ``name`` in ``folder``, a folder beneath the root given relative to it (``""``
+        for the root itself, else ending in ``/``): a listing of 100,000 files names each once, not twice."""
+        return self._chooser.wanted(folder + name, name)
+
     def enters(self, directory: str) -> bool:
         """Whether the directory at ``directory`` (beneath the root) is watched too."""
         return self.recursive and not os.path.basename(directory).startswith(".")

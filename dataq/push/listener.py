@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import cast
 
 from dataq.addresses import peer_text
+from dataq.audit.arrived import ARRIVED_KEY, is_arrived_question
 from dataq.audit.questions import AUDIT_KEY, is_question
 from dataq.audit.relay import Relay
 from dataq.custody.receipts import ReceiptQuery, is_query, parse_query
@@ -50,7 +51,7 @@ class Listener:
         idle_timeout: float,
         tls: bool = False,
         window: int = CONNECTION_WINDOW,
-        relay: Relay | None = None,
+        relay: Relay,
     ) -> None:
         self.committer = committer
         self.gate = gate
@@ -62,7 +63,7 @@ class Listener:
         self.tls = tls
         self.window = window
         self.relay = relay
-        """Answers the audit questions to pass on along the chain (None: they are answered as this site's alone)."""
+        """Answers the audit questions to pass on along the chain, and arrived questions."""
         self.connections: set[FeederConnection] = set()
         self.relaying: set[RelayedQuestions] = set()
         """The connections' questions being passed on (ended at shutdown with the connections)."""
@@ -299,10 +300,8 @@ class FeederConnection(asyncio.Protocol):
 
     def _relay(self, item: ReceiptQuery | str) -> None:
         """A line of an audit connection: a question to pass on, or why the line in its place is refused."""
-        relay = self.listener.relay
         if self.relayed is None:
-            assert relay is not None
-            self.relayed = RelayedQuestions(relay, self._write, self._lines_before_answered, self.abort)
+            self.relayed = RelayedQuestions(self.listener.relay, self._write, self._lines_before_answered, self.abort)
             self.listener.relaying.add(self.relayed)
             self.relayed.when_done(self.listener.relaying.discard)
             self.log.debug("an audit connection: passing its questions on")
@@ -318,7 +317,9 @@ class FeederConnection(asyncio.Protocol):
             if isinstance(line, bytes):
                 try:
                     if self.relayed is not None:
-                        self._relay(parse_query(line, rules, AUDIT_KEY) if is_question(line) else ONLY_QUESTIONS)
+                        self._relay(parse_query(line, rules, AUDIT_KEY) if is_question(line) else
+                                    parse_query(line, rules, ARRIVED_KEY) if is_arrived_question(line) else
+                                    ONLY_QUESTIONS)
                         continue
                     if line.startswith(b"{"):
                         # Hellos, audit questions and receipts queries are JSON objects: a record line of the 2014
@@ -335,9 +336,10 @@ class FeederConnection(asyncio.Protocol):
                                 continue
                             entries.append(hello)
                             continue
-                        if is_question(line):
-                            query = parse_query(line, rules, AUDIT_KEY)
-                            if query.forward and listener.relay is not None:
+                        held = is_arrived_question(line)
+                        if held or is_question(line):
+                            query = parse_query(line, rules, ARRIVED_KEY if held else AUDIT_KEY)
+                            if held or query.forward:
                                 if entries:
                                     self._commit(entries, records)
                                     entries, records = [], 0

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dataq.audit import sources
+from dataq.audit.hashing import Hashing
 from dataq.cli.main import main
 from dataq.feed.watch import WatchOptions
 from dataq.record import Record
@@ -66,15 +67,15 @@ def test_each_file_of_a_lone_site_is_classified_and_an_unreadable_one_is_a_findi
     (night / ".hidden.fits").write_text("not fed: hidden")
     prepare(redis_url, done, queued, [])
     unreadable = never[0].path
-    real = sources.hash_fd
+    real = sources.FileHashing.of_regular_file
 
-    def hash_fd(fd: int, algorithm: str) -> tuple[str, int]:
+    def of_regular_file(hashing: sources.FileHashing, fd: int) -> tuple[str, int]:
         # Tests run as root, whom no file's mode stops: the read fails here instead (in the forked hashers).
         if os.readlink(f"/proc/self/fd/{fd}") == unreadable:
             raise PermissionError(13, "Permission denied")
-        return real(fd, algorithm)
+        return real(hashing, fd)
 
-    monkeypatch.setattr(sources, "hash_fd", hash_fd)
+    monkeypatch.setattr(sources.FileHashing, "of_regular_file", of_regular_file)
     result = audit(str(night))
     assert result.exit_code == 1, result.output
     found = classes(result)
@@ -114,12 +115,10 @@ async def test_a_file_changed_within_settle_is_left_for_later_as_a_feeder_leaves
     (record,) = make_sources(night, 1, "writing")
     options = WatchOptions(str(night), settle=2.0)
     now = Path(record.path).stat().st_mtime
-    paths = sources.names_of(options).files
     with sources.HashPool(1) as pool:
         async def audited(at: float) -> list[str]:
-            newest_ns = sources.settled_before(options, now=at)
-            return [item.path async for group in pool.hash_in_groups(paths, "md5", group=10, newest_ns=newest_ns)
-                    for item in group]
+            hashing = Hashing(pool, [options], "md5", sources.settled_before(options, now=at))
+            return [item.path async for group in hashing.groups(10) for item in group]
 
         assert await audited(now + 1.0) == [], "still being written, maybe"
         assert await audited(now + 2.5) == [record.path]

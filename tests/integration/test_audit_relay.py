@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from dataq.actions import storing
-from dataq.audit.chain import Ask, asker, walk
+from dataq.audit.arrived import parse_answer as parse_arrived
+from dataq.audit.arrived import question_line as arrived_question
+from dataq.audit.chain import Ask, Ends, arrived_asker, asker, walk
 from dataq.audit.questions import Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config import QueueSettings
 from dataq.embedded.redis_server import EmbeddedRedis
@@ -197,3 +199,96 @@ async def test_past_a_next_site_that_does_not_pass_questions_on_the_asker_goes_o
     assert asked == [older, chain.archive_address], "the asker itself asks the site after"
     assert all("forward" not in question and "within" not in question for question in questions)
     assert [hop.site for hop in journey] == ["mountain", "older-valley", "archive"]
+
+
+async def ask_arrived_lines(port: int, lines: bytes, answers: int) -> list[bytes]:
+    """The answer lines to ``lines`` written on a fresh connection to the push daemon at ``port``."""
+    reader, writer = await asyncio.open_connection(LOOPBACK, port)
+    try:
+        writer.write(lines)
+        await writer.drain()
+        return [await asyncio.wait_for(reader.readline(), 10) for _ in range(answers)]
+    finally:
+        writer.close()
+
+
+async def test_the_end_of_the_chain_marks_each_id_it_holds_a_copy_of_in_one_line(
+        chain: Chain, tmp_path: Path) -> None:
+    there, missing, corrupt, unstored = [make_file(tmp_path / "mountain", f"{n}.fits", b"frame %d " % n * 50)
+                                        for n in range(4)]
+    storing.store_batch_sync([(record, f"{n}.fits") for n, record in enumerate((there, missing, corrupt))],
+                             str(chain.root))
+    (chain.root / "1.fits").unlink()
+    (chain.root / "2.fits").write_bytes(b"shorter")
+    ids = [there.checksum, missing.checksum, corrupt.checksum, unstored.checksum, "not-an-id"]
+
+    (answer,) = await ask_arrived_lines(chain.archive.port, arrived_question(ids, "mountain"), 1)
+    assert parse_arrived(answer, len(ids)) == ("1000-", "archive")
+
+    (answer,) = await ask_arrived_lines(chain.valley.port, arrived_question(ids, "mountain"), 1)
+    assert parse_arrived(answer, len(ids)) == ("0000-", "valley"), "a site that hands records on is no end"
+
+
+async def test_the_records_before_a_arrived_question_are_answered_first_and_then_only_questions(
+        chain: Chain, tmp_path: Path) -> None:
+    record = make_file(tmp_path / "mountain", "d.fits", b"d frame " * 50)
+    lines = await ask_arrived_lines(chain.archive.port, f"{record.path} {record.checksum} {record.size}\n".encode()
+                                 + arrived_question([record.checksum], "mountain")
+                                 + f"{record.path}.2 {'2' * 32} 7\n".encode(), 3)
+    assert lines[0] == f"Pushed ID={record.checksum}\n".encode()
+    assert parse_arrived(lines[1], 1) == ("0", "archive"), "queued there, no copy stored yet"
+    assert lines[2].startswith(b"Error: audit: this connection passes audit questions on")
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    (b'{"arrived": "abc"}\n', b"Error: arrived: 'arrived' must be a list of ids"),
+    (b'{"arrived": [], "hops": 2}\n', b"Error: arrived: unknown key 'hops'"),
+    (b'{"arrived": ' + json.dumps(["0" * 32] * 1001).encode() + b"}\n", b"Error: arrived: 1001 ids in one line"),
+])
+async def test_a_malformed_arrived_question_is_refused_with_why(chain: Chain, line: bytes, error: bytes) -> None:
+    (answer,) = await ask_arrived_lines(chain.archive.port, line, 1)
+    assert answer.startswith(error)
+
+
+async def test_the_end_is_asked_which_files_it_holds_and_an_older_end_the_full_question(
+        chain: Chain, tmp_path: Path) -> None:
+    stored_there, elsewhere = [make_file(tmp_path / "mountain", f"e{n}.fits", b"e frame %d " % n * 50)
+                               for n in range(2)]
+    storing.store_batch_sync([(stored_there, "e0.fits")], str(chain.root))
+    await done_at(chain.archive_store, [stored_there])
+    ids = [stored_there.checksum, elsewhere.checksum]
+
+    ends = Ends(arrived_asker("mountain", None, 5.0))
+    ends.addresses = (chain.archive_address,)
+    found = await ends.arrived(ids, asker("mountain", None, 5.0))
+    assert list(found) == [stored_there.checksum]
+    assert (found[stored_there.checksum].site, found[stored_there.checksum].copy) == ("archive", CopyState.PRESENT)
+    assert ends.arrived_ask is not None
+
+    questions: list[dict[str, object]] = []
+
+    async def speaks_audit_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """An end older than arrived questions: its hello names audit, and it answers each id in full."""
+        await reader.readline()
+        writer.write(hello_line(frozenset({Capability.AUDIT})))
+        while line := await reader.readline():
+            question = json.loads(line)
+            questions.append(question)
+            for record_id in question["audit"]:
+                copy = CopyState.PRESENT if record_id == stored_there.checksum else None
+                writer.write(Answer(record_id, SiteState.DONE if copy else SiteState.UNKNOWN, "older-archive",
+                                    copy=copy).line().encode())
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(speaks_audit_only, LOOPBACK, 0)
+    try:
+        older = Ends(arrived_asker("mountain", None, 5.0))
+        older.addresses = (f"{LOOPBACK}:{server.sockets[0].getsockname()[1]}",)
+        found = await older.arrived(ids, asker("mountain", None, 5.0))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert list(found) == [stored_there.checksum] and found[stored_there.checksum].site == "older-archive"
+    assert [question["audit"] for question in questions] == [ids], "asked in full, as before arrived questions"
+    assert older.arrived_ask is None, "and never asked an arrived question again"

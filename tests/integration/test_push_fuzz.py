@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from dataq.audit.arrived import ARRIVED_KEY, is_arrived_question
 from dataq.audit.questions import AUDIT_KEY, is_question
 from dataq.custody.receipts import parse_query
 from dataq.embedded.redis_server import EmbeddedRedis
@@ -69,6 +70,9 @@ def expected_reply(line: bytes) -> tuple[str, str]:
         if is_question(line):
             parse_query(line, DEFAULT_RULES, AUDIT_KEY)
             reject()  # a well-formed audit question is answered with a line per id it names, not one
+        if is_arrived_question(line):
+            parse_query(line, DEFAULT_RULES, ARRIVED_KEY)
+            reject()  # a well-formed arrived question makes its connection one of questions only
         record = parse_line(line)
     except InvalidRecord as exc:
         return "Error: ", clean_message(str(exc))

@@ -112,7 +112,7 @@ async def test_once_the_end_is_known_a_file_it_holds_is_asked_of_it_alone() -> N
     await walk({ID: Answer(ID, DONE, "mountain", (valley_at,))}, ask, ends)
     assert ends.addresses == (archive_at,)
     asked.clear()
-    held = await ends.held([ID, lost], ask)
+    held = await ends.arrived([ID, lost], ask)
     assert list(held) == [ID] and asked == [(archive_at, [ID, lost])], "one question, to the end alone"
     assert classify("/a", ID, [held[ID]]).file_class is FileClass.ARRIVED
 
@@ -170,6 +170,6 @@ async def test_an_end_that_cannot_be_reached_from_here_is_not_asked_again() -> N
     ends = Ends()
     await walk({ID: mountain(DONE)}, ask, ends)
     assert ends.addresses == ARCHIVE
-    assert await ends.held([ID], ask) == {}
-    assert await ends.held([ID], ask) == {}
+    assert await ends.arrived([ID], ask) == {}
+    assert await ends.arrived([ID], ask) == {}
     assert asked == [*VALLEY, *ARCHIVE], "the end was tried once"
