@@ -120,17 +120,18 @@ class FileHashing:
         self._buffer = bytearray(CHUNK_BYTES)
         self._view = memoryview(self._buffer)
 
-    def of_regular_file(self, fd: int) -> tuple[str, int]:
-        """(hex digest, bytes read) of the regular file open at ``fd``, read from where it stands (a file just
-        opened: its start) to its end: the first read shorter than the buffer, which a regular file returns only
-        there (a small file is one read, not two)."""
+    def of_regular_file(self, fd: int, size: int) -> tuple[str, int]:
+        """(hex digest, bytes read) of the regular file open at ``fd``, ``size`` bytes as its ``fstat`` said, read
+        from where it stands (a file just opened: its start) to its end. A read shorter than the buffer once
+        ``size`` bytes are in is taken as the end (a small file is one read, not two); before, it is not (some file
+        systems return short reads: FUSE, CIFS), and the reads go on to the one that returns nothing."""
         digest = self._new()
         total = 0
         buffers = [self._buffer]
         while read := os.readv(fd, buffers):
             digest.update(self._view[:read])
             total += read
-            if read < CHUNK_BYTES:
+            if read < CHUNK_BYTES and total >= size:
                 break
         return digest.hexdigest(), total
 

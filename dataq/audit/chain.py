@@ -22,7 +22,7 @@ from dataq.audit import arrived
 from dataq.audit.questions import AUDIT_KEY, Answer, CopyState, Silent, SiteState, parse_answers
 from dataq.config.feed_settings import parse_target
 from dataq.custody.client import NotSpoken, ask_lines, exchange
-from dataq.errors import DataqError
+from dataq.errors import DataqError, ProtocolError
 from dataq.handshake import Capability, PeerBook
 
 MAX_HOPS = 16
@@ -138,8 +138,9 @@ class Ends:
         for address in addresses:
             try:
                 found, site = await arrived_ask(address, ids)
-            except NotSpoken:
-                self.arrived_ask = None  # an older end: the full question, from now on
+            except (NotSpoken, ProtocolError):
+                # An older end, or one whose marks cannot be read: the full question, from now on.
+                self.arrived_ask = None
                 return None
             except DataqError:
                 continue

@@ -55,8 +55,12 @@ class CopyIndex:
         path = index_file(data_dir, root)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        self._db.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def __enter__(self) -> CopyIndex:
         return self

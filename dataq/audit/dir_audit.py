@@ -6,7 +6,6 @@ site takes it though it remembers it done."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 
@@ -84,8 +83,9 @@ async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, h
     later: list[Hashed] = []
     asking: list[asyncio.Task[None]] = []
     at_once = asyncio.Semaphore(GROUPS_ASKED_AT_ONCE)
-    learning = asyncio.Lock()
-    """Held by a group walked along the chain while its end is not known: the next group waits to be asked there."""
+    first_walked = asyncio.Event()
+    """Set once the first group has been asked about: the later groups wait for it, to be asked at the end of the
+    chain its walk learnt (if it learnt it: else they go on as it did, side by side)."""
 
     def place(items: list[Hashed]) -> None:
         """Classify ``items``, whose records have been asked about."""
@@ -99,15 +99,20 @@ async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, h
             else:
                 findings.append(finding)
 
-    async def ask_about(ids: list[str], items: list[Hashed]) -> None:
+    async def ask_about(ids: list[str], items: list[Hashed], first: bool) -> None:
         """Ask about ``ids``, then classify ``items`` (the files whose records they are)."""
-        async with at_once, learning if ends.addresses is None else contextlib.nullcontext():
-            # The end of the chain first: what it proves it holds has arrived, wherever else it was.
-            found = await ends.arrived(ids, ask)
-            proven.update(found)
-            rest = [record_id for record_id in ids if record_id not in found]
-            if rest:
-                journeys.update(await walk(await this_site(store, how.desk, rest), ask, ends))
+        if not first:
+            await first_walked.wait()
+        try:
+            async with at_once:
+                # The end of the chain first: what it proves it holds has arrived, wherever else it was.
+                found = await ends.arrived(ids, ask)
+                proven.update(found)
+                rest = [record_id for record_id in ids if record_id not in found]
+                if rest:
+                    journeys.update(await walk(await this_site(store, how.desk, rest), ask, ends))
+        finally:
+            first_walked.set()
         place(items)  # while the next groups hash, rather than all at the end
 
     try:
@@ -125,7 +130,8 @@ async def _audit(store: QueueStore, directories: list[WatchOptions], ask: Ask, h
             fresh = set(new)
             later += [item for item in good if item.checksum not in fresh]
             if new:
-                asking.append(asyncio.create_task(ask_about(new, [item for item in good if item.checksum in fresh])))
+                asking.append(asyncio.create_task(ask_about(new, [item for item in good if item.checksum in fresh],
+                                                            first=not asking)))
         await asyncio.gather(*asking)
     finally:
         for task in asking:

@@ -20,7 +20,7 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -28,6 +28,7 @@ from typing import NamedTuple
 from dataq.audit.brakes import Refused
 from dataq.checksum import FileHashing
 from dataq.feed.watch import WatchOptions
+from dataq.runtime.children import die_with_parent
 
 GONE = (errno.ENOENT, errno.ELOOP)
 """A file removed, or replaced by a link, since the directory was listed: no longer one of its files."""
@@ -64,7 +65,7 @@ def listed(options: WatchOptions, unlisted: list[tuple[str, str]]) -> Iterator[l
     folders = [options.root]
     while folders:
         folder = folders.pop()
-        relative = folder[len(root):] + "/" if folder.startswith(root) else ""
+        relative = folder[len(root):] + "/" if folder != options.root and folder.startswith(root) else ""
         found: list[str] = []
         try:
             with os.scandir(folder) as entries:
@@ -125,7 +126,7 @@ def _hash_chunk(paths: Sequence[str], algorithm: str, newest_ns: int) -> list[Re
             if not stat.S_ISREG(info.st_mode) or info.st_mtime_ns > newest_ns:
                 done.append(None)
                 continue
-            checksum, size = hashing.of_regular_file(fd)
+            checksum, size = hashing.of_regular_file(fd, info.st_size)
             done.append((checksum, size, None))
         except OSError as exc:
             done.append(("", 0, exc.strerror or str(exc)))
@@ -138,10 +139,12 @@ def _started() -> None:
     """A worker's first task: the pool's processes exist once it is done."""
 
 
-def _worker_signals() -> None:
+def _worker_signals(arm: Callable[[], None]) -> None:
     """In a worker: Ctrl-C (sent to the whole process group) is the auditing process's to handle; it ends the
-    workers itself."""
+    workers itself. ``arm`` ends the worker with the auditing process however that ends (a SIGKILL, a SIGTERM
+    before the pool is set up to end them): it would wait for a task for ever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    arm()
 
 
 class HashPool:
@@ -155,7 +158,7 @@ class HashPool:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or os.cpu_count() or 1
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
-                                         initializer=_worker_signals)
+                                         initializer=_worker_signals, initargs=(die_with_parent(),))
         self._pool.submit(_started).result()
 
     def __enter__(self) -> HashPool:

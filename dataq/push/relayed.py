@@ -1,9 +1,9 @@
 """A connection's audit questions passed on along the chain (:mod:`dataq.audit.relay`), answered in line order.
 
 Once a connection asks a question to pass on (or an arrived question, :mod:`dataq.audit.arrived`), it is an audit
-connection: its questions are answered here, after
-every line it sent before (which the committer answers), and any other line it sends is refused in its place,
-because its answer would have to wait behind round trips to other sites.
+connection: its questions are answered here, after every line it sent before (which the committer answers), and any
+other line it sends is refused in its place, because its answer would have to wait behind round trips to other
+sites.
 """
 
 from __future__ import annotations

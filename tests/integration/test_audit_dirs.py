@@ -69,11 +69,11 @@ def test_each_file_of_a_lone_site_is_classified_and_an_unreadable_one_is_a_findi
     unreadable = never[0].path
     real = sources.FileHashing.of_regular_file
 
-    def of_regular_file(hashing: sources.FileHashing, fd: int) -> tuple[str, int]:
+    def of_regular_file(hashing: sources.FileHashing, fd: int, size: int) -> tuple[str, int]:
         # Tests run as root, whom no file's mode stops: the read fails here instead (in the forked hashers).
         if os.readlink(f"/proc/self/fd/{fd}") == unreadable:
             raise PermissionError(13, "Permission denied")
-        return real(hashing, fd)
+        return real(hashing, fd, size)
 
     monkeypatch.setattr(sources.FileHashing, "of_regular_file", of_regular_file)
     result = audit(str(night))

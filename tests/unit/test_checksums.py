@@ -3,12 +3,24 @@ chunks, and a queue's checksum decides what its records must look like."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from dataq.checksum import HEX_DIGITS, check_algorithm, check_queue_algorithm, hash_fd_many, hash_file, new_hasher
+from dataq.checksum import (
+    HEX_DIGITS,
+    FileHashing,
+    check_algorithm,
+    check_queue_algorithm,
+    hash_fd,
+    hash_fd_many,
+    hash_file,
+    new_hasher,
+)
 from dataq.config import QueueSettings
 from dataq.errors import ConfigError, InvalidRecord
 from dataq.record import parse_line
@@ -84,3 +96,36 @@ def test_a_32_bit_checksum_cannot_be_a_queues_because_it_is_the_records_id() -> 
     # answered Ignored and never moved (some 4 a day at 50,000 files a day and 7 days remembered).
     with pytest.raises(ConfigError, match="adler32 cannot be a queue's checksum: a record's checksum is its id"):
         QueueSettings("q", checksum="adler32")
+
+
+def test_many_files_hashed_in_one_buffer_read_past_a_short_read_to_the_size_fstat_gave() -> None:
+    # A pipe stands for a file system that returns short reads (FUSE, CIFS): its first read returns the first part.
+    reader, writer = os.pipe()
+    parts = [b"first part of the file ", b"and the rest of it"]
+
+    def write_in_two() -> None:
+        os.write(writer, parts[0])
+        time.sleep(0.2)
+        os.write(writer, parts[1])
+        os.close(writer)
+
+    thread = threading.Thread(target=write_in_two)
+    thread.start()
+    try:
+        digest, size = FileHashing("md5").of_regular_file(reader, len(b"".join(parts)))
+    finally:
+        thread.join()
+        os.close(reader)
+    assert (digest, size) == (hashlib.md5(b"".join(parts)).hexdigest(), len(b"".join(parts)))
+
+
+def test_a_regular_file_is_read_once_to_its_size_and_hashed_as_hash_fd_does(tmp_path: Path) -> None:
+    path = tmp_path / "frame.fits"
+    path.write_bytes(os.urandom(3 * 1024 * 1024 + 5))
+    hashing = FileHashing("sha256")
+    for _ in range(2):  # the buffer is reused
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert hashing.of_regular_file(fd, path.stat().st_size) == hash_fd(fd, "sha256")
+        finally:
+            os.close(fd)
