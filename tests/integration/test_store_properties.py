@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -197,6 +198,7 @@ class QueueModel(RuleBasedStateMachine):
         )
 
 
+@pytest.mark.timeout(300)  # 5,000 steps against a real Redis: over 120 s on a loaded two-core machine
 def test_store_keeps_every_record_in_exactly_one_place(redis_url: str) -> None:
     QueueModel.redis_url = redis_url
     runner = settings(

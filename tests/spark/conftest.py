@@ -27,6 +27,16 @@ from tests.archive_support import (
     wait_for_line,
 )
 
+SPARK_TIMEOUT = 300
+"""Seconds a Spark test may take: the first on a worker starts the JVM, and on a two-core machine loaded by the
+suite's other workers that test took over the suite's 120 s."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith("tests/spark/"):
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT))
+
 
 @pytest.fixture(scope="session")
 def java() -> None:

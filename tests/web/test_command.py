@@ -32,7 +32,7 @@ async def test_dataq_web_serves_every_queue_on_the_port_given_and_stops_on_sigte
                                    env=daemon_env(), stderr=stderr)
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(100):
+            for _ in range(300):  # 30 s: on a loaded two-core machine the daemon's start-up alone took over 10
                 try:
                     async with session.get(f"http://127.0.0.1:{port}/api/queues") as response:
                         queues = await response.json()
