@@ -99,14 +99,9 @@ class CopyIndex:
 
     def lookup(self, checksums: Sequence[str]) -> dict[str, list[Named]]:
         """The copies the manifests name for each of ``checksums`` (absent: none)."""
-        return {checksum: [Named(os.fsdecode(path), size) for path, size in copies]
-                for checksum, copies in self.lookup_paths(checksums).items()}
-
-    def lookup_paths(self, checksums: Sequence[str]) -> dict[str, list[tuple[bytes, int | None]]]:
-        """:meth:`lookup`, each copy as (its path under the root, as bytes; its size), as the index holds it."""
-        found: dict[str, list[tuple[bytes, int | None]]] = {}
+        found: dict[str, list[Named]] = {}
         for checksum, path, size in self.copies_of(checksums):
-            found.setdefault(checksum, []).append((path, size))
+            found.setdefault(checksum, []).append(Named(os.fsdecode(path), size))
         return found
 
     def copies_of(self, checksums: Sequence[str]) -> Iterator[tuple[str, bytes, int | None]]:

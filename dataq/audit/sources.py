@@ -22,7 +22,6 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from dataq.audit.brakes import Refused
@@ -42,15 +41,6 @@ class Hashed(NamedTuple):
     checksum: str = ""
     size: int = 0
     error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """The files of a directory a feeder would feed, in path order, and the folders beneath it that could not be
-    listed (each with why)."""
-
-    files: list[str]
-    unlisted: list[tuple[str, str]]
 
 
 LISTED_AT_ONCE = 1000
@@ -84,14 +74,6 @@ def listed(options: WatchOptions, unlisted: list[tuple[str, str]]) -> Iterator[l
             unlisted.append((folder, exc.strerror or str(exc)))
         if found:
             yield found
-
-
-def names_of(options: WatchOptions) -> Listing:
-    """All of :func:`listed` at once, in path order."""
-    unlisted: list[tuple[str, str]] = []
-    found = [path for part in listed(options, unlisted) for path in part]
-    found.sort()
-    return Listing(found, sorted(unlisted))
 
 
 def check_directories(directories: list[WatchOptions]) -> None:

@@ -141,6 +141,7 @@ def test_a_folder_that_cannot_be_listed_is_said_and_one_removed_meanwhile_is_pas
         return real(path)
 
     monkeypatch.setattr(sources.os, "scandir", scandir)
-    listing = sources.names_of(WatchOptions(str(night), recursive=True))
-    assert listing.files == [kept.path]
-    assert listing.unlisted == [(str(night / "locked"), "Permission denied")]
+    unlisted: list[tuple[str, str]] = []
+    assert [path for part in sources.listed(WatchOptions(str(night), recursive=True), unlisted) for path in part] \
+        == [kept.path]
+    assert unlisted == [(str(night / "locked"), "Permission denied")]
