@@ -52,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import cascade_profile
+from bench.recently_deleted import journaled
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.feed.client import Feeder
 from dataq.record import Record
@@ -82,28 +84,22 @@ async def counter(store: QueueStore, name: str) -> int:
 
 def cpu_seconds(root: Path, redis_ports: list[int]) -> dict[int, float]:
     """CPU seconds so far (their reaped children's included) of every process of a flow: those whose command line
-    names ``root`` (daemons, rsync daemons, links) and the sites' redis-servers."""
-    tick = os.sysconf("SC_CLK_TCK")
+    names ``root`` (daemons, rsync daemons; not the links' relays, which ``--profile`` shows apart) and the sites'
+    redis-servers."""
     marks = [str(root), *(f"127.0.0.1:{port}" for port in redis_ports)]
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if any(mark in command for mark in marks):
-            found[int(pid)] = sum(int(value) for value in fields[11:15]) / tick
-    return found
+    return {pid: seconds for pid, command, seconds in cascade_profile.processes()
+            if any(mark in command for mark in marks)}
 
 
 async def one_flow(root: Path, files: int, size: int, concurrency: int | None, custody: bool,
                    link: tuple[float, float | None] | None = None,
                    extra: dict[str, object] | None = None,
-                   cpu: list[float] | None = None) -> tuple[float, float | None]:
+                   cpu: list[float] | None = None,
+                   profile: list[str] | None = None) -> tuple[float, float | None]:
     """Seconds until the archive has done every record, and (with custody) until every source is deleted;
     ``extra``: more options of every site's ``network_move``; ``cpu`` gets the CPU seconds every process of the
-    three sites spent from the first line fed to the archive's last done."""
+    three sites spent from the first line fed to the archive's last done; ``profile`` the lines of
+    :mod:`bench.cascade_profile` about that time."""
     move: dict[str, object] = {} if custody else {"custody": False, "remove_source": True}
     move.update(extra or {})
     chain = Cascade(root, ["mountain", "valley", "archive"], move=move,
@@ -115,6 +111,10 @@ async def one_flow(root: Path, files: int, size: int, concurrency: int | None, c
         await asyncio.sleep(2.0)  # daemons up: their start is not the flow's
         ports = [int(site.redis.url.rsplit(":", 1)[1].split("/")[0]) for site in chain.sites]
         before = cpu_seconds(root, ports)
+        names = [site.name for site in chain.sites]
+        parts = dict(zip(ports, names, strict=True))
+        by_part = cascade_profile.cpu_by_part(root, names, parts) if profile is not None else {}
+        started = time.time()
         start = time.perf_counter()
         result = await Feeder(LOOPBACK, chain.first.port, window=files + 1, retry_for=30.0).feed(records)
         assert result.pushed == files, result.summary()
@@ -129,6 +129,9 @@ async def one_flow(root: Path, files: int, size: int, concurrency: int | None, c
         if cpu is not None:
             after = cpu_seconds(root, ports)
             cpu.append(sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items()))
+        if profile is not None:
+            profile += cascade_profile.cpu_lines(by_part, cascade_profile.cpu_by_part(root, names, parts), archived)
+            profile += cascade_profile.timeline(root, names, started)
         if not custody:
             return archived, None
         await eventually(sources_gone, FLOW_TIMEOUT, what="every receipt back")
@@ -218,8 +221,11 @@ async def versus_rsync(args: argparse.Namespace) -> list[str]:
             root = Path(tempfile.mkdtemp(prefix="dataq-cascade-"))
             try:
                 if which == "dataq":
+                    profile: list[str] | None = [] if args.profile else None
                     ours.append((await one_flow(root, args.files, args.size, args.concurrency, True, link,
-                                                dict(args.move), ours_cpu))[0])
+                                                dict(args.move), ours_cpu, profile))[0])
+                    if profile:
+                        print(f"round {round_ + 1}, dataq:", *profile, sep="\n", file=sys.stderr)
                 else:
                     chain.append(await asyncio.to_thread(rsync_chain, root, args.files, args.size, link, chain_cpu))
             finally:
@@ -339,13 +345,17 @@ async def main() -> None:
     parser.add_argument("--mbit", type=float, default=None, help="each hop's bandwidth, Mbit/s (--versus-rsync)")
     parser.add_argument("--move", type=move_option, action="append", default=[], metavar="KEY=VALUE",
                         help="an option of every site's network_move, its value in TOML (--versus-rsync; repeatable)")
+    parser.add_argument("--profile", action="store_true",
+                        help="each dataq round's CPU by process and its batches' timeline (--versus-rsync)")
     parser.add_argument("--ids", type=int, default=1_000_000, help="remembered ids for the memory figure")
     parser.add_argument("--custody", type=int, default=100_000, help="records in custody for its memory figure")
     parser.add_argument("--skip-rates", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     print(f"# bench/cascade.py on {platform.node()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}")
+          f"load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}; sites in "
+          f"{tempfile.gettempdir()} (ext4 journal: {journaled(Path(tempfile.gettempdir()))}: "
+          "bench/recently_deleted.py)")
     if args.versus_rsync:
         print("\n".join(await versus_rsync(args)))
         return

@@ -63,6 +63,7 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.pop import RUN_TIMEOUT, STARTUP_TIMEOUT, wait_for
+from bench.recently_deleted import journaled
 from dataq.embedded.redis_server import EmbeddedRedis
 from dataq.record import Record
 from dataq.store import Flag, QueueStore
@@ -344,7 +345,9 @@ async def main() -> None:
                     lambda scenario, work, url, round_no: one_round(scenario, work, url, args.concurrency, round_no))
     rsync_version = await asyncio.to_thread(version_of_rsync)
     print(f"dataq move benchmark: {args.rounds} round(s), medians; pop concurrency {args.concurrency}; "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}")
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}; files in "
+          f"{tempfile.gettempdir()} (ext4 journal: {journaled(Path(tempfile.gettempdir()))}: "
+          "bench/recently_deleted.py)")
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print()
     print("| action | files | count | MB | plain tool s | dataq s | ratio | ceiling | dataq files/s | dataq MB/s |")

@@ -7,9 +7,13 @@ Against a private redis-server fsyncing every write (``INFO commandstats``, rese
 * what a lookup from a script costs here: an empty script, 1,000 ``HEXISTS`` from one script, and the filter that
   could replace them, one ``BITFIELD_RO`` of 1,000 ``GET u1`` with offsets computed in the script or sent as
   strings;
+* a layout whose lookups could be batched: the ids of a generation packed into 65,536 buckets of fixed-width
+  entries (the digest's last 14 bytes, then the done time), the fields of 16 hashes, so that 1,000 lookups are one
+  ``HMGET`` per hash (16, not 1,000) and a scan of the buckets it returns; and the same ``HMGET`` calls alone, to
+  tell the calls from what their replies cost a script;
 * the client: md5 digests of 1,000 ids, one call per id against :func:`dataq.store.remembered.digests_of`.
 
-Run it: ``.venv/bin/python bench/remembered_profile.py [--records 50000]``
+Run it: ``.venv/bin/python bench/remembered_profile.py [--records 50000] [--bucket-ids 1000000]``
 """
 
 from __future__ import annotations
@@ -43,6 +47,40 @@ end
 return #redis.call('BITFIELD_RO', KEYS[1], unpack(args))
 """
 FILTER_SENT = "return #redis.call('BITFIELD_RO', KEYS[1], unpack(ARGV, 2))"
+BUCKET_ENTRY = 22
+"""Bytes of a packed entry: the digest's last 14 bytes, the done time in ms (6), a spare 2."""
+BUCKETS = """
+-- KEYS: the 16 hashes of packed buckets; ARGV[1]: 1,000 digests of 16 bytes; ARGV[2]: 'scan' or 'read'
+local digests, width, by_hash = ARGV[1], 22, {}
+for i = 1, #digests / 16 do
+  local first = string.byte(digests, 16 * i - 15)
+  local hash = math.floor(first / 16) + 1
+  local ids = by_hash[hash]
+  if not ids then ids = {}; by_hash[hash] = ids end
+  ids[#ids + 1] = i
+end
+local found = 0
+for hash, ids in pairs(by_hash) do
+  local fields = {}
+  for j, i in ipairs(ids) do
+    local a, b = string.byte(digests, 16 * i - 15, 16 * i - 14)
+    fields[j] = string.char(a % 16, b)
+  end
+  local buckets = redis.call('HMGET', KEYS[hash], unpack(fields))
+  if ARGV[2] == 'scan' then
+    for j, i in ipairs(ids) do
+      local bucket, rest, at = buckets[j], string.sub(digests, 16 * i - 13, 16 * i), 1
+      while bucket do
+        at = string.find(bucket, rest, at, true)
+        if not at then break end
+        if (at - 1) % width == 0 then found = found + 1; break end
+        at = at + 1
+      end
+    end
+  end
+end
+return found
+"""
 
 
 def records(count: int, start: int) -> list[Record]:
@@ -94,7 +132,7 @@ async def per_call(r: aioredis.Redis, source: str, keys: list[str], args: list[A
     return usec / made
 
 
-async def lua_costs(r: aioredis.Redis) -> list[str]:
+async def lua_costs(r: aioredis.Redis, bucket_ids: int) -> list[str]:
     digests = os.urandom(16 * 1000)
     offsets: list[Any] = []
     for j in range(1000):
@@ -105,10 +143,36 @@ async def lua_costs(r: aioredis.Redis) -> list[str]:
     lookups = await per_call(r, LOOKUPS, ["dq:{profile}:done:1:"], [])
     computed = await per_call(r, FILTER_COMPUTED, ["dq:{profile}:bits"], [digests])
     sent = await per_call(r, FILTER_SENT, ["dq:{profile}:bits"], [b"", *offsets])
+    hashes, per_id = await packed_buckets(r, bucket_ids)
+    scanned = await per_call(r, BUCKETS, hashes, [digests, "scan"], rounds=50)
+    read = await per_call(r, BUCKETS, hashes, [digests, "read"], rounds=50)
     return [f"| an empty script | {empty:.0f} µs per call |",
             f"| 1,000 `HEXISTS` from one script | {lookups:.0f} µs per call ({(lookups - empty) / 1000:.2f} µs each) |",
             f"| one `BITFIELD_RO` of 1,000 `GET u1`, offsets computed in the script | {computed:.0f} µs per call |",
-            f"| the same, offsets sent as strings | {sent:.0f} µs per call |"]
+            f"| the same, offsets sent as strings | {sent:.0f} µs per call |",
+            f"| 1,000 lookups in packed buckets ({bucket_ids:,} ids, {per_id:.1f} bytes each): 16 `HMGET` and a "
+            f"scan | {scanned:.0f} µs per call |",
+            f"| the same 16 `HMGET` alone, their replies unread | {read:.0f} µs per call |"]
+
+
+async def packed_buckets(r: aioredis.Redis, count: int) -> tuple[list[str], float]:
+    """``count`` ids of one generation in the packed layout (see the module's docstring): the 16 hashes' names,
+    and the bytes of Redis memory each id takes."""
+    hashes = [f"dq:{{profile}}:packed:{hash_:x}" for hash_ in range(16)]
+    await r.delete(*hashes)
+    before = int((await r.info("memory"))["used_memory"])
+    done_ms = (1_764_000_000_000).to_bytes(6, "big") + b"\0\0"
+    buckets: dict[tuple[int, bytes], list[bytes]] = {}
+    for n in range(count):
+        value = hashlib.md5(b"packed %d" % n).digest()
+        buckets.setdefault((value[0] >> 4, bytes([value[0] & 15, value[1]])), []).append(value[2:] + done_ms)
+    items = list(buckets.items())
+    for first in range(0, len(items), 4096):
+        async with r.pipeline(transaction=False) as pipe:
+            for (hash_, field), entries in items[first:first + 4096]:
+                pipe.hset(hashes[hash_], field, b"".join(entries))
+            await pipe.execute()
+    return hashes, (int((await r.info("memory"))["used_memory"]) - before) / count
 
 
 def client_costs() -> list[str]:
@@ -119,23 +183,25 @@ def client_costs() -> list[str]:
             f"| the same from one encoding (`digests_of`) | {encoded_once * 1e3:.2f} ms |"]
 
 
-async def main(count: int) -> None:
+async def main(count: int, bucket_ids: int) -> None:
     with tempfile.TemporaryDirectory(prefix="dataq-remembered-") as temp, \
             EmbeddedRedis(temp, port=0, appendfsync="always") as server:
         r = aioredis.Redis.from_url(server.url, decode_responses=True)
         try:
             rows = [*await record_path(server.url, r, count, None), *await record_path(server.url, r, count, 0),
-                    *await lua_costs(r), *client_costs()]
+                    *await lua_costs(r, bucket_ids), *client_costs()]
         finally:
             await r.aclose()
     print(f"what remembering done ids costs ({count:,} records; {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f})\n")
     print("| measured | result |\n| --- | --- |")
     print("\n".join(rows))
-    print(f"\nrerun: .venv/bin/python bench/remembered_profile.py --records {count}")
+    print(f"\nrerun: .venv/bin/python bench/remembered_profile.py --records {count} --bucket-ids {bucket_ids}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=50_000)
-    asyncio.run(main(parser.parse_args().records))
+    parser.add_argument("--bucket-ids", type=int, default=1_000_000, help="ids in the packed layout")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.records, arguments.bucket_ids))
