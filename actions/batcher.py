@@ -29,7 +29,7 @@ catalog lease."""
 class BatchOptions:
     """The batching options of an action that works on records a batch at a time (``network_move``,
     ``disk_store``). Batches fill only when the pop daemon runs enough records at once: it runs at least
-    :attr:`records_to_fill` of them, so that one batch gathers while every other is handled, whatever ``[pop]
+    :attr:`records_to_fill` of them, so that one batch gathers while the others are handled, whatever ``[pop]
     concurrency`` says."""
 
     in_flight: ClassVar[int] = BATCHES_IN_FLIGHT
@@ -46,16 +46,17 @@ class BatchOptions:
 
     @property
     def records_to_fill(self) -> int:
-        """Records running at once that fill every batch in flight (:meth:`records_to_fill_at`)."""
-        return self.records_to_fill_at(self.batch_size)
+        """Records running at once that fill every batch in flight."""
+        return self.in_flight * self.batch_size
 
-    def records_to_fill_at(self, batch_size: int) -> int:
-        """Records running at once that fill every batch in flight with batches of ``batch_size``, and the next
-        one, which gathers meanwhile: with only those in flight claimed, a batch that ends frees its records'
-        places a claim at a time, and the first claim is cut alone as soon as the place is free (measured over a
-        75 ms link: the last 684 of 5,000 records went in four calls of 84-320, each paying rsync's 1.2 s of
-        round trips, where one gathered batch takes them all)."""
-        return (self.in_flight + 1) * batch_size
+    def next_batch(self, batch_size: int, bytes_per_record: int) -> int:
+        """Records of a batch of ``batch_size`` at most that may gather while every other is in flight, for an
+        action whose records have lately held ``bytes_per_record`` each (0: not known yet, none): as many as
+        ``batch_bytes`` holds, at least one. Records of files so large that each is a batch of its own would only
+        wait their turn, their time limits running from their claim."""
+        if bytes_per_record <= 0:
+            return 0
+        return max(1, min(batch_size, self.batch_bytes // bytes_per_record))
 
     def at_once(self, max_connections: int | None) -> int:
         """Batches handled at once at most under an option ``max_connections`` (None: one per batch in flight)."""

@@ -113,8 +113,8 @@ class TransferTuner:
         self._calls: dict[int, deque[tuple[int, float, int]]] = {}
         """Observations by batch size: their number, seconds and bytes."""
         self._count = 0
-        self._bytes_per_record = 0
-        """Of the last batch observed."""
+        self.bytes_per_record = 0
+        """Of the last batch sent (0: none yet), tuning or not."""
         self._since_step = 0
         self.last: Decision | None = None
         self.last_fit: Fit | None = None
@@ -122,6 +122,8 @@ class TransferTuner:
     def observe(self, seconds: float, size: int, records: int, *, failed: bool = False) -> Decision | None:
         """One batch of ``records`` sent: its seconds and bytes (``failed``: the call did not reach the destination
         or timed out). The step taken, if any."""
+        if not failed and size > 0 and records > 0:
+            self.bytes_per_record = size // records
         if not self.enabled:
             return None
         if failed:
@@ -134,7 +136,6 @@ class TransferTuner:
         self._count += 1
         bucket = _bucket(records)
         self._calls.setdefault(bucket, deque(maxlen=WINDOW)).append((self._count, seconds, size))
-        self._bytes_per_record = size // records
         if bucket != _bucket(self.batch_size):
             return None
         self._since_step += 1
@@ -169,7 +170,7 @@ class TransferTuner:
 
     def _step(self, batch_size: int, reason: str) -> Decision | None:
         if self.most_bytes is not None and batch_size > self.batch_size and self.last_fit is not None:
-            per_record = max(1, self._bytes_per_record)
+            per_record = max(1, self.bytes_per_record)
             batch_size = min(batch_size, max(self.least, self.most_bytes // per_record))
             if batch_size <= self.batch_size:
                 return None  # batches are cut by their bytes before they could hold more

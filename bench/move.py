@@ -344,10 +344,10 @@ async def main() -> None:
     await in_rounds(scenarios, args.rounds, "dataq-bench-move-",
                     lambda scenario, work, url, round_no: one_round(scenario, work, url, args.concurrency, round_no))
     rsync_version = await asyncio.to_thread(version_of_rsync)
+    where = os.environ.get("BENCH_DIR") or tempfile.gettempdir()
     print(f"dataq move benchmark: {args.rounds} round(s), medians; pop concurrency {args.concurrency}; "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {rsync_version.strip()}; files in "
-          f"{tempfile.gettempdir()} (ext4 journal: {journaled(Path(tempfile.gettempdir()))}: "
-          "bench/recently_deleted.py)")
+          f"{where} (ext4 journal: {journaled(Path(where))}: bench/recently_deleted.py)")
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print()
     print("| action | files | count | MB | plain tool s | dataq s | ratio | ceiling | dataq files/s | dataq MB/s |")

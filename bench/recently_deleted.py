@@ -2,18 +2,19 @@
 
 A site that deletes its sources once they are held further on (``remove_source``) deletes files while new ones
 arrive beside them. On ext4 without a journal, the kernel avoids reusing an inode freed within the last 60
-seconds, or 300 while its block of the inode table is not yet written back (``recently_deleted()`` in
-``fs/ext4/ialloc.c``, asked only when the filesystem has no journal): each new file's inode is searched for past
-every inode of its group freed in that time, so creating files where many were deleted lately costs the CPU time
-of that search (``perf`` shows it as ``recently_deleted`` and ``find_get_block_common`` under ``find_inode_bit``).
-A journaled ext4 (every Debian install's default) does not search. This machine's root filesystem has no journal:
-benchmarks that create many files within five minutes of deleting many (a test run, a previous round, a cascade's
-own sources and received files, which dataq deletes and the plain tools do not) pay it.
+seconds, or 360 while its block of the inode table is dirty, as long as that block is in the buffer cache
+(``recently_deleted()`` in ``fs/ext4/ialloc.c``, asked only when the filesystem has no journal; such an inode is
+taken only when its group has no other free one): each new file's inode is searched for past every inode of its
+group freed in that time, so creating files where many were deleted lately costs the CPU time of that search
+(``perf`` shows it as ``recently_deleted`` and ``find_get_block_common`` under ``find_inode_bit``). A journaled
+ext4 (every Debian install's default) does not search. This machine's root filesystem has no journal: benchmarks
+that create many files within minutes of deleting many (a test run, a previous round, a cascade's own sources and
+received files, which dataq deletes and the plain tools do not) pay it.
 
 Each round creates ``--files`` files of ``--size`` bytes in a new directory of ``--dir`` (a) before the benchmark
 deleted anything, and (b) ``--after`` seconds after deleting the files of every round's (a) (not in the same
 second: an inode freed in the second it is asked about does not count as recently deleted): CPU and wall seconds
-of each, and whether the filesystem has a journal. (a) is only as clean as the machine's last five minutes.
+of each, and whether the filesystem has a journal. (a) is only as clean as the machine's last six minutes.
 
 Run it: ``.venv/bin/python bench/recently_deleted.py [--dir DIR] [--files 4000] [--rounds 2]``; to compare with a
 journaled ext4 on the same machine (as root): ``truncate -s 8G /var/tmp/j.img && mkfs.ext4 -q -F /var/tmp/j.img
@@ -33,13 +34,23 @@ from pathlib import Path
 
 
 def journaled(directory: Path) -> str:
-    """Whether the filesystem of ``directory`` is an ext4 with a journal (its jbd2 entry), as far as /proc says."""
+    """``yes`` or ``no`` for an ext4 with or without a journal (its jbd2 entry), else the filesystem's type (the
+    question does not arise there) or ``unknown``."""
     device = os.stat(directory).st_dev
-    name = Path(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}").resolve().name
-    if not name or name.isdigit():
+    found = None
+    with open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            fields = line.split()
+            major, _, minor = fields[2].partition(":")
+            if (int(major), int(minor)) == (os.major(device), os.minor(device)):
+                found = fields[fields.index("-") + 1], fields[fields.index("-") + 2]
+    if found is None:
         return "unknown"
+    kind, source = found
+    if kind != "ext4":
+        return f"not ext4 but {kind}"
     journals = os.listdir("/proc/fs/jbd2") if os.path.isdir("/proc/fs/jbd2") else []
-    return "yes" if any(entry.startswith(f"{name}-") for entry in journals) else "no"
+    return "yes" if any(entry.startswith(f"{Path(source).name}-") for entry in journals) else "no"
 
 
 def create(directory: Path, files: int, data: bytes) -> tuple[float, float]:

@@ -147,9 +147,9 @@ class PopSettings(Section):
     """The pop daemon: workers that claim records and run the queue's actions on them."""
 
     concurrency: int = setting(4, ge=1)
-    """Records run at once by one daemon (raised to what the queue's batching actions need to fill their batches:
-    five times network_move's batch_size in use, three times disk_store's, twice archive_ingest's; the batches in
-    flight, and for the first two the next, gathering)."""
+    """Records run at once by one daemon (raised to what the queue's batching actions need to fill their batches
+    in flight: four times network_move's batch_size in use, with the next batch that gathers meanwhile, and twice
+    disk_store's and archive_ingest's)."""
     heartbeat_interval: float = setting(1.0, gt=0)
     """Seconds between two heartbeats of a worker."""
     heartbeat_ttl: float = setting(10.0, gt=0)

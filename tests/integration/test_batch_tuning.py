@@ -58,7 +58,8 @@ async def test_over_a_long_link_batches_grow_and_the_workers_view_says_why(long_
     assert state["batch_size"] > 10
     assert "on round trips and set-up" in str(state["decision"]) and "larger batches" in str(state["decision"])
     assert 0 < state["overhead_seconds"] < 5
-    assert action.records_at_once() == 5 * state["batch_size"], "the pop daemon runs enough to fill them, and the next"
+    assert action.records_at_once() == 5 * state["batch_size"], \
+        "the pop daemon runs enough to fill them, and the next batch, which gathers while they are sent"
 
 
 async def test_batches_keep_their_size_when_the_operator_says_so(long_link: int, tmp_path: Path) -> None:
@@ -66,3 +67,11 @@ async def test_batches_keep_their_size_when_the_operator_says_so(long_link: int,
     await move_all(action, tmp_path / "mountain", 80)
     assert TUNING_KEY not in action.status()
     assert action.records_at_once() == 50
+
+
+async def test_files_larger_than_a_batch_holds_add_one_record_to_claim_not_a_batch(daemon: RsyncDaemon,
+                                                                                     tmp_path: Path) -> None:
+    action = make_action(daemon.url("valley", "incoming"), batch_bytes=1000)  # each file is a batch of its own
+    assert action.records_at_once() == 40, "before any call the files' sizes are unknown: the batches in flight"
+    await move_all(action, tmp_path / "mountain", 12)
+    assert action.records_at_once() == 41, "a record gathers, not ten that would wait their turn, time running"
