@@ -50,8 +50,9 @@ FILTER_SENT = "return #redis.call('BITFIELD_RO', KEYS[1], unpack(ARGV, 2))"
 BUCKET_ENTRY = 22
 """Bytes of a packed entry: the digest's last 14 bytes, the done time in ms (6), a spare 2."""
 BUCKETS = """
--- KEYS: the 16 hashes of packed buckets; ARGV[1]: 1,000 digests of 16 bytes; ARGV[2]: 'scan' or 'read'
-local digests, width, by_hash = ARGV[1], 22, {}
+-- KEYS: the 16 hashes of packed buckets; ARGV[1]: 1,000 digests of 16 bytes; ARGV[2]: 'scan' or 'read';
+-- ARGV[3]: the bytes of an entry (BUCKET_ENTRY)
+local digests, width, by_hash = ARGV[1], tonumber(ARGV[3]), {}
 for i = 1, #digests / 16 do
   local first = string.byte(digests, 16 * i - 15)
   local hash = math.floor(first / 16) + 1
@@ -144,8 +145,8 @@ async def lua_costs(r: aioredis.Redis, bucket_ids: int) -> list[str]:
     computed = await per_call(r, FILTER_COMPUTED, ["dq:{profile}:bits"], [digests])
     sent = await per_call(r, FILTER_SENT, ["dq:{profile}:bits"], [b"", *offsets])
     hashes, per_id = await packed_buckets(r, bucket_ids)
-    scanned = await per_call(r, BUCKETS, hashes, [digests, "scan"], rounds=50)
-    read = await per_call(r, BUCKETS, hashes, [digests, "read"], rounds=50)
+    scanned = await per_call(r, BUCKETS, hashes, [digests, "scan", BUCKET_ENTRY], rounds=50)
+    read = await per_call(r, BUCKETS, hashes, [digests, "read", BUCKET_ENTRY], rounds=50)
     return [f"| an empty script | {empty:.0f} µs per call |",
             f"| 1,000 `HEXISTS` from one script | {lookups:.0f} µs per call ({(lookups - empty) / 1000:.2f} µs each) |",
             f"| one `BITFIELD_RO` of 1,000 `GET u1`, offsets computed in the script | {computed:.0f} µs per call |",
@@ -161,7 +162,7 @@ async def packed_buckets(r: aioredis.Redis, count: int) -> tuple[list[str], floa
     hashes = [f"dq:{{profile}}:packed:{hash_:x}" for hash_ in range(16)]
     await r.delete(*hashes)
     before = int((await r.info("memory"))["used_memory"])
-    done_ms = (1_764_000_000_000).to_bytes(6, "big") + b"\0\0"
+    done_ms = (1_764_000_000_000).to_bytes(6, "big").ljust(BUCKET_ENTRY - 14, b"\0")
     buckets: dict[tuple[int, bytes], list[bytes]] = {}
     for n in range(count):
         value = hashlib.md5(b"packed %d" % n).digest()
