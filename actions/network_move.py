@@ -62,14 +62,14 @@ Options (``[queues.NAME.network_move]``):
     own. Batches start at ``batch_size`` records and grow, up to ``max_batch_size``, while each rsync call
     spends most of its time on its own round trips and set-up (a long link:
     :mod:`~dataq.actions.transfer_tuner`, which logs each step with its reason and shows its state under
-    ``batch_tuning`` in ``dataq-cli --workers --json``); ``max_batch_size`` at or below ``batch_size`` keeps
-    them at ``batch_size``. Four batches are sent at once, and the pop daemon runs at least four times the batch
-    size in use records at once (whatever ``[pop] concurrency`` says), and once the sizes of the files are known,
-    the next batch (as many as ``batch_bytes`` holds), which gathers while they are sent, so batches fill with
-    the defaults; large
-    files, cut into batches of 64 MiB, go side by side. A daemon whose ``max connections`` takes fewer gets fewer
-    (:mod:`~dataq.actions.connections`): a call it refuses while another of the action's is open waits for
-    that one instead of counting as an outage.
+    ``batch_tuning`` in ``dataq-cli --workers --json``); to an rsync daemon whose greeting says the link is far
+    (:mod:`~dataq.actions.round_trip`) they start at ``max_batch_size``. ``max_batch_size`` at or below
+    ``batch_size`` keeps them at ``batch_size``. Four batches are sent at once, and the pop daemon runs at least
+    four times the batch size in use records at once (whatever ``[pop] concurrency`` says), and once the sizes of
+    the files are known, the next batch (as many as ``batch_bytes`` holds), which gathers while they are sent, so
+    batches fill with the defaults; large files, cut into batches of 64 MiB, go side by side. A daemon whose
+    ``max connections`` takes fewer gets fewer (:mod:`~dataq.actions.connections`): a call it refuses while
+    another of the action's is open waits for that one instead of counting as an outage.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
 so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch
@@ -126,6 +126,7 @@ from .layout import record_values, render
 from .move_batch import BatchMove, Move
 from .move_custody import SenderCustody
 from .move_options import NetworkMoveOptions
+from .round_trip import greeting_seconds
 from .rsync import (
     Completed,
     destination_kind,
@@ -179,6 +180,12 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         # A missing rsync is a set-up mistake to report at start-up, not once per record.
         if shutil.which(self.options.rsync) is None:
             raise ActionError(f"network_move: rsync program {self.options.rsync!r} not found")
+        # Before the first claim: over a far link the first batches are cut at the most (a destination used only
+        # within windows is not greeted outside them).
+        greeting = (await greeting_seconds(self.options.destination)
+                    if self._tuner.enabled and self.windows.open_at(time.time()) else None)
+        if self._tuner.greeted(greeting) is not None:
+            self._batcher.size = self._tuner.batch_size
         await asyncio.to_thread(remove_stale_work_dirs)
         if self.options.next_sites:
             await self._handon.start()

@@ -18,6 +18,14 @@ for the batch size:
   most in one step (twice as large while the rate is not known); if it is less than :data:`SHRINK_BELOW`, they
   halve (down to ``least``, the option ``batch_size``): smaller batches reach the next site sooner.
 
+A link's round trip, when it is known before the first call (the greeting of an rsync daemon:
+:mod:`.round_trip`), spares the first round of small calls: when its calls' round trips alone (:data:`CALL_ROUND_TRIPS`
+of them) would take :data:`FAR` seconds or more, batches start at ``most``. They stay there while those round trips,
+a lower bound of the overhead, are more than :data:`GROW_ABOVE` of the median call (a smaller batch would only
+spend more of its time on them): the batches' bytes need not differ for the fit to know that much. A greeting
+slower than the shortest call since (an upper bound of the overhead) is of a link that has changed, and is
+forgotten.
+
 Observations are kept by the size of their batch (rounded to a power of two): batches cut before a step, and
 batches cut early (the first of a burst, a trickle's), are told apart from those of the size in use.
 
@@ -36,6 +44,8 @@ from dataclasses import dataclass
 
 from dataq.logs import get_logger
 
+from .round_trip import round_trip
+
 WINDOW = 8
 """Observations kept per batch size."""
 HORIZON = 32
@@ -51,6 +61,11 @@ GROW_ABOVE = 0.3
 """Share of a call's time spent on its fixed cost above which batches grow."""
 SHRINK_BELOW = 0.05
 """Share below which they shrink back."""
+CALL_ROUND_TRIPS = 7
+"""Round trips an rsync call to a daemon pays besides its data (connect, greeting, module, file list, closing)."""
+FAR = 0.1
+"""Seconds of a call's round trips from which batches start at the most: a link of about 15 ms round trips, over
+which a first call of 100 small files would spend most of its time on them."""
 DISTINCT_BYTES = 1.5
 """Ratio of the largest batch's bytes to the smallest's from which the fit can tell overhead from rate."""
 
@@ -118,6 +133,31 @@ class TransferTuner:
         self._since_step = 0
         self.last: Decision | None = None
         self.last_fit: Fit | None = None
+        self.round_trip: float | None = None
+        """The link's round trip as a greeting measured it (None: not measured, or forgotten)."""
+
+    def greeted(self, greeting: float | None) -> Decision | None:
+        """What the destination's greeting (:func:`~dataq.actions.round_trip.greeting_seconds`: seconds, None: no
+        greeting) says before any call: over a far link, batches start at the most. The step taken, if any."""
+        if greeting is None:
+            return None
+        self.round_trip = round_trip(greeting)
+        calls_round_trips = CALL_ROUND_TRIPS * self.round_trip
+        if not self.enabled or calls_round_trips < FAR or self.batch_size >= self.most:
+            return None
+        return self._step(self.most, f"the destination greeted in {greeting * 1000:.0f} ms: each call's round trips "
+                                     f"take about {calls_round_trips:.2g} s, so batches start at the most")
+
+    def _far(self, found: Fit) -> bool:
+        """Whether the greeting's round trips alone are more than :data:`GROW_ABOVE` of the median call (forgotten
+        when they are more than the shortest call: the link changed)."""
+        if self.round_trip is None:
+            return False
+        least_overhead = CALL_ROUND_TRIPS * self.round_trip
+        if least_overhead > found.overhead:
+            self.round_trip = None
+            return False
+        return least_overhead > GROW_ABOVE * found.median_call
 
     def observe(self, seconds: float, size: int, records: int, *, failed: bool = False) -> Decision | None:
         """One batch of ``records`` sent: its seconds and bytes (``failed``: the call did not reach the destination
@@ -151,7 +191,7 @@ class TransferTuner:
         if found.rate is None:
             # One size of batch seen lately: the fit cannot tell the overhead from the rate. A step toward the
             # least (up from it) gives it a second size; the fit then says where to go.
-            if self.batch_size > self.least:
+            if self.batch_size > self.least and not self._far(found):
                 return self._step(max(self.least, self.batch_size // 2), "batches of one size only lately: "
                                                                           "a smaller one to measure the link")
             if share > GROW_ABOVE and self.batch_size < self.most:
@@ -188,6 +228,7 @@ class TransferTuner:
         return {
             "batch_size": self.batch_size, "least": self.least, "most": self.most,
             "overhead_seconds": round(found.overhead, 4) if found else None,
+            "round_trip_seconds": round(self.round_trip, 4) if self.round_trip is not None else None,
             "rate_bytes_per_second": round(found.rate) if found and found.rate else None,
             "decision": last.reason if last else None, "decided_at": last.at if last else None,
         }

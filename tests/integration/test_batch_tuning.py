@@ -1,12 +1,14 @@
 """``network_move`` sizes its batches to the link: over the testbed's long link (a real rsync daemon behind
-:class:`testbed.link.Link`) its calls are mostly round trips, and its batches grow, saying why; on loopback they
-stay as they are."""
+:class:`testbed.link.Link`) the daemon's greeting says the link is far and its batches start at the most; over a
+nearer one its calls are mostly round trips, and its batches grow, saying why; on loopback they stay as they
+are."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,14 +23,24 @@ from tests.actions_support import make_file
 
 DELAY = 0.03
 """One way, seconds: an rsync call then takes about 0.4 s of round trips."""
+NEARER = 0.004
+"""One way, seconds: a call's round trips take about 0.06 s, less than the greeting's call of a far link
+(:data:`~dataq.actions.transfer_tuner.FAR`), yet most of a call of a few small files."""
 
 
 @pytest.fixture
-async def long_link(daemon: RsyncDaemon) -> AsyncIterator[int]:
-    link = Link((LOOPBACK, daemon.port), delay=DELAY)
-    port = await link.start()
-    yield port
-    await link.stop()
+async def linked(daemon: RsyncDaemon) -> AsyncIterator[Callable[[float], Awaitable[str]]]:
+    """Starts a long link of a one-way delay to the daemon: the destination's URL through it."""
+    links: list[Link] = []
+
+    async def start(delay: float) -> str:
+        link = Link((LOOPBACK, daemon.port), delay=delay)
+        links.append(link)
+        return f"rsync://{LOOPBACK}:{await link.start()}/valley/incoming"
+
+    yield start
+    for link in links:
+        await link.stop()
 
 
 def make_action(destination: str, **options: object) -> NetworkMoveAction:
@@ -48,22 +60,48 @@ async def move_all(action: NetworkMoveAction, source: Path, count: int) -> None:
         await action.close()
 
 
-async def test_over_a_long_link_batches_grow_and_the_workers_view_says_why(long_link: int, tmp_path: Path) -> None:
-    destination = f"rsync://{LOOPBACK}:{long_link}/valley/incoming"
+async def test_over_a_long_link_batches_start_at_the_most_and_the_workers_view_says_why(
+        linked: Callable[[float], Awaitable[str]], tmp_path: Path) -> None:
+    destination = await linked(DELAY)
     action = make_action(destination)
-    await move_all(action, tmp_path / "mountain", 200)
-    tuning = action.status()[TUNING_KEY]
-    assert isinstance(tuning, dict)
-    state = tuning[destination]
-    assert state["batch_size"] > 10
-    assert "on round trips and set-up" in str(state["decision"]) and "larger batches" in str(state["decision"])
+    await action.start()
+    try:
+        assert action.records_at_once() == 4 * 200, "before any call: four batches of the most, to be claimed"
+    finally:
+        await action.close()
+    await move_all(action, tmp_path / "mountain", 600)
+    state = tuning_of(action, destination)
+    assert state["batch_size"] == 200, "batches of one size, whose calls are mostly round trips: no step down"
+    assert "the destination greeted in" in str(state["decision"])
+    assert "so batches start at the most" in str(state["decision"])
+    assert DELAY <= state["round_trip_seconds"] < 1
     assert 0 < state["overhead_seconds"] < 5
-    assert action.records_at_once() == 5 * state["batch_size"], \
+    assert action.records_at_once() == 5 * 200, \
         "the pop daemon runs enough to fill them, and the next batch, which gathers while they are sent"
 
 
-async def test_batches_keep_their_size_when_the_operator_says_so(long_link: int, tmp_path: Path) -> None:
-    action = make_action(f"rsync://{LOOPBACK}:{long_link}/valley/incoming", max_batch_size=10)
+async def test_over_a_nearer_link_batches_grow_as_their_calls_say(linked: Callable[[float], Awaitable[str]],
+                                                                   tmp_path: Path) -> None:
+    destination = await linked(NEARER)
+    action = make_action(destination)
+    await move_all(action, tmp_path / "mountain", 200)
+    state = tuning_of(action, destination)
+    assert state["batch_size"] > 10
+    assert "on round trips and set-up" in str(state["decision"]) and "larger batches" in str(state["decision"])
+    assert 0 < state["round_trip_seconds"] < 0.1
+
+
+def tuning_of(action: NetworkMoveAction, destination: str) -> dict[str, Any]:
+    tuning = action.status()[TUNING_KEY]
+    assert isinstance(tuning, dict)
+    state = tuning[destination]
+    assert isinstance(state, dict)
+    return state
+
+
+async def test_batches_keep_their_size_when_the_operator_says_so(linked: Callable[[float], Awaitable[str]],
+                                                                 tmp_path: Path) -> None:
+    action = make_action(await linked(DELAY), max_batch_size=10)
     await move_all(action, tmp_path / "mountain", 80)
     assert TUNING_KEY not in action.status()
     assert action.records_at_once() == 50

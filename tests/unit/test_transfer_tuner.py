@@ -109,3 +109,35 @@ def test_calls_of_empty_files_say_nothing_of_the_link() -> None:
     for _ in range(10):
         assert tuner.observe(1.2, 0, 100) is None
     assert tuner.batch_size == 100 and tuner.last_fit is None
+
+
+def test_a_far_destinations_greeting_starts_the_batches_at_the_most_where_they_stay() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    decision = tuner.greeted(2 * LONG.round_trip)
+    assert decision is not None and tuner.batch_size == 1000
+    assert decision.reason == ("the destination greeted in 300 ms: each call's round trips take about 1.1 s, so "
+                               "batches start at the most")
+    assert set(run(tuner, LONG, 20)) == {1000}, "calls of one size, mostly round trips: no smaller one to measure"
+    assert tuner.status()["round_trip_seconds"] == LONG.round_trip
+
+
+def test_a_near_destinations_greeting_leaves_the_batches_to_their_calls() -> None:
+    tuner = TransferTuner("rsync://valley/data", least=100, most=1000)
+    assert tuner.greeted(2 * LAN.round_trip) is None
+    assert tuner.batch_size == 100
+    assert max(run(tuner, LAN, 200)) <= 200
+
+
+def test_the_greeting_of_a_link_that_has_changed_is_forgotten() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    tuner.greeted(2 * LONG.round_trip)
+    sizes = run(tuner, LAN, 60)
+    assert tuner.round_trip is None, "calls quicker than the greeting's round trips: the link is not that far now"
+    assert sizes[-1] < 1000
+
+
+def test_no_greeting_and_batches_of_a_fixed_size_start_where_they_are() -> None:
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    assert tuner.greeted(None) is None and tuner.batch_size == 100
+    fixed = TransferTuner("rsync://archive/data", least=100, most=100, enabled=False)
+    assert fixed.greeted(2 * LONG.round_trip) is None and fixed.batch_size == 100
