@@ -25,7 +25,7 @@ Options (``[queues.NAME.disk_store]``):
     a layout that would store a copy there is refused.
 ``timeout`` (default: the queue's ``action_timeout``)
     Seconds one record may take, waiting for its batch included.
-``batch_size`` (default 100), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
+``batch_size`` (default 1,000), ``batch_bytes`` (default 1 GiB), ``batch_age`` (default 0)
     Records are stored in batches (:class:`~dataq.actions.batcher.BatchOptions`): the files of a batch are
     copied, then made durable with one sync of the filesystem, read back, published, and their names made
     durable with a second sync, so a batch costs two journal commits instead of two per file. One record's
@@ -44,7 +44,7 @@ import asyncio
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dataq.checksum import check_algorithm
 from dataq.errors import ActionError
@@ -78,6 +78,11 @@ class DiskStoreOptions(BatchOptions):
     characters), ``{date}`` (the UTC ``YYYYMMDD`` of the push), ``{name}`` (the source's base name), ``{size}``."""
     algorithm: str | None = None
     """The records' checksum algorithm (None: the queue's ``checksum``; older settings named it here)."""
+    batch_size: int = field(default=1000, kw_only=True)
+    """Records in a batch at most. A batch ends in two syncs of the filesystem whatever it holds, and gathers only
+    while the batches before it are stored (a record that comes alone is stored at once): a cap of 100 cut a
+    backlog into batches of 100, each paying the syncs (the archive of a cascade stored 1,000 records handed on
+    together in ten of them, two at a time, 0.7 s past the last hand-on; in batches of up to 1,000, 0.4 s)."""
     verify: bool = True
     """Read the copy back and check it before publishing."""
     remove_source: bool = False

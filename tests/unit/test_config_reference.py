@@ -107,7 +107,8 @@ def test_every_option_of_dataqs_own_actions_is_in_its_table(reference: Mapping[s
             assert spec.name in reference[table], f"[{table}] {spec.name} is missing from the reference"
             assert_shows_default(reference[table][spec.name], spec)
     assert reference["queues.NAME.network_move"]["destination"]["default"] == "required"
-    assert reference["queues.NAME.disk_store"]["batch_size"]["default"] == "`100`"  # inherited from BatchOptions
+    assert reference["queues.NAME.network_move"]["batch_size"]["default"] == "`100`"  # inherited from BatchOptions
+    assert reference["queues.NAME.disk_store"]["batch_size"]["default"] == "`1000`"  # its own
 
 
 def test_every_environment_override_names_the_key_it_sets() -> None:
