@@ -12,7 +12,7 @@ from dataq.runtime.batching import MicroBatcher
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["BATCHES_IN_FLIGHT", "BatchOptions", "MicroBatcher"]
+__all__ = ["BATCHES_IN_FLIGHT", "BatchOptions", "MicroBatcher", "RecordSizes"]
 
 BATCH_PATIENCE = 0.25
 """Seconds at most a batch that is not full waits, while other batches of the action are handled, for them to
@@ -23,6 +23,32 @@ BATCHES_IN_FLIGHT = 2
 """Batches of one action handled at once (unless its options say otherwise: :attr:`BatchOptions.in_flight`): one
 is prepared (files read and hashed, copied into the archive) while the other is sent, synced or waits for the
 catalog lease."""
+
+
+UNSIZED_BATCH = 100
+"""Records per batch in flight a batching action runs at most before it knows how large its records are: were they
+large, a batch would hold a few of them (``batch_bytes``), and the rest would only wait their turn, their time
+limits running from their claim."""
+SIZES_SEEN = 256
+"""Records whose sizes the mean of :class:`RecordSizes` follows (a queue's files change with its nights)."""
+
+
+class RecordSizes:
+    """The mean size of the records an action has been handed lately: how many of them a batch holds is known from
+    the first record on, before any batch ends."""
+
+    def __init__(self) -> None:
+        self._mean = 0.0
+        self._seen = 0
+
+    def saw(self, size: int) -> None:
+        self._seen += 1
+        self._mean += (size - self._mean) / min(self._seen, SIZES_SEEN)
+
+    @property
+    def per_record(self) -> int:
+        """Bytes per record (0: no record seen yet)."""
+        return max(1, round(self._mean)) if self._seen else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,14 +75,19 @@ class BatchOptions:
         """Records running at once that fill every batch in flight."""
         return self.in_flight * self.batch_size
 
+    def held(self, batch_size: int, bytes_per_record: int) -> int:
+        """Records a batch of ``batch_size`` at most holds when its records hold ``bytes_per_record`` each (0: not
+        known yet: :data:`UNSIZED_BATCH` at most): as many as ``batch_bytes`` holds, at least one."""
+        if bytes_per_record <= 0:
+            return min(batch_size, UNSIZED_BATCH)
+        return max(1, min(batch_size, self.batch_bytes // bytes_per_record))
+
     def next_batch(self, batch_size: int, bytes_per_record: int) -> int:
         """Records of a batch of ``batch_size`` at most that may gather while every other is in flight, for an
         action whose records have lately held ``bytes_per_record`` each (0: not known yet, none): as many as
         ``batch_bytes`` holds, at least one. Records of files so large that each is a batch of its own would only
         wait their turn, their time limits running from their claim."""
-        if bytes_per_record <= 0:
-            return 0
-        return max(1, min(batch_size, self.batch_bytes // bytes_per_record))
+        return self.held(batch_size, bytes_per_record) if bytes_per_record > 0 else 0
 
     def at_once(self, max_connections: int | None) -> int:
         """Batches handled at once at most under an option ``max_connections`` (None: one per batch in flight)."""

@@ -53,7 +53,7 @@ from dataq.record import Record
 from dataq.windows import check_windows
 
 from .base import Action, ActionContext
-from .batcher import BatchOptions
+from .batcher import BatchOptions, RecordSizes
 from .files import in_thread
 from .layout import check_layout, record_values, render
 from .slots import Slots
@@ -125,6 +125,12 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         super().__init__(options, context)
         self._batcher = options.batcher(self._store_batch, lambda item: item[0].size)
         self._slots = Slots(options.root, options.stores_at_once)
+        self._sizes = RecordSizes()
+
+    def records_at_once(self) -> int:
+        # Each batch in flight as full as its bytes let it be: 2,000 large files, a few to a batch, would wait
+        # their turn with their time limits running.
+        return self.options.in_flight * self.options.held(self.options.batch_size, self._sizes.per_record)
 
     async def start(self) -> None:
         # A missing root is an operator's mistake to report at start-up, not once per record.
@@ -138,6 +144,7 @@ class DiskStoreAction(Action[DiskStoreOptions]):
         return self.options.root
 
     async def run(self, record: Record) -> None:
+        self._sizes.saw(record.size)
         options = self.options
         outcome = await self._batcher.submit((record, render(options.layout, record_values(record))))
         if isinstance(outcome, ActionError):

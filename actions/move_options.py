@@ -101,8 +101,9 @@ class NetworkMoveOptions(BatchOptions):
     :mod:`dataq.windows`."""
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     """Records a batch may grow to when the link's round trips take most of each rsync call
-    (:mod:`~dataq.actions.transfer_tuner`); batches start at ``batch_size`` and never shrink below it (at or
-    below ``batch_size``: batches keep that size)."""
+    (:mod:`~dataq.actions.transfer_tuner`); batches start at ``batch_size`` (at ``max_batch_size`` when the
+    destination's rsync daemon greets from afar: :mod:`~dataq.actions.round_trip`) and never shrink below it (at
+    or below ``batch_size``: batches keep that size)."""
     max_connections: int | None = None
     """rsync connections to the destination at once at most (None: one per batch in flight, four); the batches
     beyond wait their turn."""

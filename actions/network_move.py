@@ -118,7 +118,7 @@ from dataq.ops.documents import TUNING_KEY
 from dataq.record import Record
 
 from .base import Action, ActionContext
-from .batcher import MicroBatcher
+from .batcher import MicroBatcher, RecordSizes
 from .connections import Connections
 from .files import SourceMismatch, SourceRead, in_thread, read_source_sync, remove_source_sync
 from .handon import HandOn
@@ -172,6 +172,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         self._custody = SenderCustody(self._handon, context, options)
         self._bandwidth = Bandwidth.parse(options.bandwidth) if options.bandwidth is not None else None
         self._connections = Connections(options.destination, options.connections, limit=self._limit_now)
+        self._sizes = RecordSizes()
         self._tuner = TransferTuner(options.destination, least=options.batch_size, most=options.max_batch_size,
                                     enabled=options.max_batch_size > options.batch_size,
                                     most_bytes=options.batch_bytes)
@@ -222,8 +223,10 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         # a claim at a time, and the first claim is cut nearly alone (over a 75 ms link the last 684 of 5,000
         # records left in four calls of 84-320, each paying rsync's 1.2 s of round trips; with the next batch
         # gathered, in one).
-        size = self._tuner.batch_size
-        return self.options.in_flight * size + self.options.next_batch(size, self._tuner.bytes_per_record)
+        # Each batch in flight as full as its bytes let it be: files so large that a batch holds a few of them would
+        # otherwise be claimed by the thousand and wait their turn, time running.
+        size, per_record = self._tuner.batch_size, self._sizes.per_record
+        return self.options.in_flight * self.options.held(size, per_record) + self.options.next_batch(size, per_record)
 
     def base_args(self) -> list[str]:
         options = self.options
@@ -239,6 +242,7 @@ class NetworkMoveAction(Action[NetworkMoveOptions]):
         return await self._connections.run(argv, ids)
 
     async def run(self, record: Record) -> None:
+        self._sizes.saw(record.size)
         options = self.options
         values = record_values(record)
         relative = render(options.layout, values)

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-from dataclasses import dataclass
+import socket
+
+from dataq.logs import get_logger
+
+from .rsync import daemon_address
 
 GREETING = b"@RSYNCD: "
 """How an rsync daemon's greeting starts (its protocol version and, since 3.2, its digests follow)."""
@@ -25,23 +28,8 @@ GREETING_ROUND_TRIPS = 2
 """Round trips from the start of a connect to the greeting's arrival: the handshake's, then the greeting's."""
 PROBE_TIMEOUT = 2.0
 """Seconds the probe waits for a greeting: a link slower than that is learnt from the calls."""
-DAEMON_PORT = 873
-_ADDRESS = re.compile(r"rsync://(?:[^@/]*@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:/\[\]]+))(?::(?P<port>\d+))?/")
 
-
-@dataclass(frozen=True, slots=True)
-class DaemonAddress:
-    host: str
-    port: int
-
-
-def daemon_address(destination: str) -> DaemonAddress | None:
-    """The host and port of an ``rsync://`` destination (None: not one)."""
-    found = _ADDRESS.match(destination)
-    if found is None:
-        return None
-    port = int(found["port"]) if found["port"] else DAEMON_PORT
-    return DaemonAddress(found["v6"] or found["host"], port)
+log = get_logger()
 
 
 async def greeting_seconds(destination: str, within: float = PROBE_TIMEOUT) -> float | None:
@@ -51,10 +39,14 @@ async def greeting_seconds(destination: str, within: float = PROBE_TIMEOUT) -> f
     if address is None:
         return None
     loop = asyncio.get_running_loop()
-    started = loop.time()
     try:
         async with asyncio.timeout(within):
-            reader, writer = await asyncio.open_connection(address.host, address.port)
+            # The name is looked up first, untimed: a slow lookup on a LAN would pass for a far link.
+            family, _, protocol, _, where = (await loop.getaddrinfo(address.host, address.port,
+                                                                       type=socket.SOCK_STREAM))[0]
+            started = loop.time()
+            reader, writer = await asyncio.open_connection(str(where[0]), int(where[1]), family=family,
+                                                           proto=protocol)
             try:
                 line = await reader.readline()
                 greeted = loop.time()
@@ -62,8 +54,9 @@ async def greeting_seconds(destination: str, within: float = PROBE_TIMEOUT) -> f
                 writer.close()
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
-    except (OSError, TimeoutError, ValueError):
-        return None  # ValueError: a first line longer than the stream's limit, which no greeting is
+    except Exception as exc:  # the probe only advises: whatever goes wrong, the calls will teach the tuner
+        log.debug("no greeting from the destination's daemon", destination=destination, error=repr(exc))
+        return None
     return greeted - started if line.startswith(GREETING) else None
 
 

@@ -61,7 +61,8 @@ limit, a full disk): outages an operator or time cures, not faults of the record
 # Names never start with "-": ssh would take such a host or user for an option.
 _HOST = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\])"
 _USER = r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?"
-_RSYNC_URL = re.compile(rf"rsync://{_USER}{_HOST}(?::[0-9]{{1,5}})?/[A-Za-z0-9_.-]+(?:/\S*)?")
+_RSYNC_URL = re.compile(rf"rsync://{_USER}(?P<host>{_HOST})(?::(?P<port>[0-9]{{1,5}}))?/[A-Za-z0-9_.-]+(?:/\S*)?")
+DAEMON_PORT = 873
 _SSH_TARGET = re.compile(rf"{_USER}{_HOST}:(?!//)\S*")
 _MKPATH_RACE = re.compile(r'mkdir "[^"\n]*" (?:\(in [^)\n]*\) )?failed: File exists \(17\)')
 """What rsync says when its ``--mkpath`` lost a race: two rsyncs making the same missing directory at once (two
@@ -82,8 +83,11 @@ def destination_kind(destination: str) -> str:
     if any(ch.isspace() or ord(ch) < 0x20 for ch in destination):
         raise ValueError(f"destination {destination!r} contains whitespace or a control character")
     if destination.startswith("rsync://"):
-        if _RSYNC_URL.fullmatch(destination) is None:
+        found = _RSYNC_URL.fullmatch(destination)
+        if found is None:
             raise ValueError(f"destination {destination!r} is not rsync://[user@]host[:port]/module[/path]")
+        if found["port"] is not None and not 0 < int(found["port"]) < 65536:
+            raise ValueError(f"destination {destination!r}: port {int(found['port'])} is not one of 1 to 65535")
         return "daemon"
     if destination.startswith("/"):
         return "local"
@@ -91,6 +95,20 @@ def destination_kind(destination: str) -> str:
         raise ValueError(f"destination {destination!r} is neither rsync://host[:port]/module/path, "
                          "[user@]host:path nor an absolute path")
     return "ssh"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonAddress:
+    host: str
+    port: int
+
+
+def daemon_address(destination: str) -> DaemonAddress | None:
+    """The host and port of the daemon of an ``rsync://`` destination (None: not one, or not a valid one)."""
+    found = _RSYNC_URL.fullmatch(destination)
+    if found is None:
+        return None
+    return DaemonAddress(found["host"].strip("[]"), int(found["port"]) if found["port"] else DAEMON_PORT)
 
 
 def join(destination: str, relative: str) -> str:

@@ -135,13 +135,15 @@ class TransferTuner:
         self.last_fit: Fit | None = None
         self.round_trip: float | None = None
         """The link's round trip as a greeting measured it (None: not measured, or forgotten)."""
+        self._greeted_at = 0
+        """The observations made before the greeting's."""
 
     def greeted(self, greeting: float | None) -> Decision | None:
         """What the destination's greeting (:func:`~dataq.actions.round_trip.greeting_seconds`: seconds, None: no
         greeting) says before any call: over a far link, batches start at the most. The step taken, if any."""
         if greeting is None:
             return None
-        self.round_trip = round_trip(greeting)
+        self.round_trip, self._greeted_at = round_trip(greeting), self._count
         calls_round_trips = CALL_ROUND_TRIPS * self.round_trip
         if not self.enabled or calls_round_trips < FAR or self.batch_size >= self.most:
             return None
@@ -150,11 +152,12 @@ class TransferTuner:
 
     def _far(self, found: Fit) -> bool:
         """Whether the greeting's round trips alone are more than :data:`GROW_ABOVE` of the median call (forgotten
-        when they are more than the shortest call: the link changed)."""
+        when they are more than the shortest call, the link changed, or :data:`HORIZON` calls ago: a greeting
+        slowed by chance must not keep the batches at the most for good)."""
         if self.round_trip is None:
             return False
         least_overhead = CALL_ROUND_TRIPS * self.round_trip
-        if least_overhead > found.overhead:
+        if least_overhead > found.overhead or self._count - self._greeted_at > HORIZON:
             self.round_trip = None
             return False
         return least_overhead > GROW_ABOVE * found.median_call
@@ -176,6 +179,11 @@ class TransferTuner:
         self._count += 1
         bucket = _bucket(records)
         self._calls.setdefault(bucket, deque(maxlen=WINDOW)).append((self._count, seconds, size))
+        held = self._held()
+        if held < self.batch_size:
+            # Batches cut by their bytes are never of the size in use, which would then never change.
+            return self._step(held, f"batches are cut by their bytes at about {held} records of "
+                                    f"{self.bytes_per_record} bytes")
         if bucket != _bucket(self.batch_size):
             return None
         self._since_step += 1
@@ -208,10 +216,16 @@ class TransferTuner:
                               f"{measured}: smaller batches reach the next site sooner")
         return None
 
+    def _held(self) -> int:
+        """Records a batch holds before its bytes cut it, as the last batch's files say (``most`` when not known),
+        ``least`` at least."""
+        if self.most_bytes is None or self.bytes_per_record <= 0:
+            return self.most
+        return max(self.least, self.most_bytes // self.bytes_per_record)
+
     def _step(self, batch_size: int, reason: str) -> Decision | None:
-        if self.most_bytes is not None and batch_size > self.batch_size and self.last_fit is not None:
-            per_record = max(1, self.bytes_per_record)
-            batch_size = min(batch_size, max(self.least, self.most_bytes // per_record))
+        if batch_size > self.batch_size:
+            batch_size = min(batch_size, self._held())
             if batch_size <= self.batch_size:
                 return None  # batches are cut by their bytes before they could hold more
         before, self.batch_size = self.batch_size, batch_size

@@ -149,7 +149,7 @@ class PopSettings(Section):
     concurrency: int = setting(4, ge=1)
     """Records run at once by one daemon (raised to what the queue's batching actions need to fill their batches
     in flight: four times network_move's batch_size in use, with the next batch that gathers meanwhile, and twice
-    disk_store's and archive_ingest's)."""
+    disk_store's and archive_ingest's; each batch as full as batch_bytes lets it be)."""
     heartbeat_interval: float = setting(1.0, gt=0)
     """Seconds between two heartbeats of a worker."""
     heartbeat_ttl: float = setting(10.0, gt=0)

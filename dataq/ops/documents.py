@@ -68,7 +68,8 @@ OPEN_KEY = "connections_open"
 and the most it would open: destination -> ``{"open": n, "most": m}``."""
 TUNING_KEY = "batch_tuning"
 """The heartbeat key (and ``--workers --json`` key) of ``network_move``'s transfer tuner, per destination: its
-batch size and bounds, the link's fitted overhead and rate, and its last decision with when."""
+batch size and bounds, the link's fitted overhead and rate, the round trip its daemon's greeting showed, and its
+last decision with when."""
 WAITING_KEY = "waiting_for_connection"
 """The heartbeat key under which a pop daemon names the records in flight that wait for a connection to a
 destination its ``max_connections`` limits: destination -> ``{"max_connections": n, "open": k, "ids": [...]}``."""

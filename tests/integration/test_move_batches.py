@@ -260,6 +260,17 @@ async def test_a_batch_is_stored_with_two_syncs_of_the_filesystem(tmp_path: Path
         assert md5((tmp_path / "store" / Path(record.path).name).read_bytes()) == record.checksum
 
 
+async def test_disk_store_runs_at_once_as_many_records_as_its_batches_in_flight_hold(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    small = build("disk_store", tmp_path, root=str(tmp_path / "store"))
+    assert small.records_at_once() == 2 * 100, "before any record's size is known: two batches of 100 at most"
+    assert await run_all(small, files(tmp_path / "small", 4, size=20_000)) == [None] * 4
+    assert small.records_at_once() == 2 * 1000, "small files: two batches of 1,000, the default batch_size"
+    large = build("disk_store", tmp_path, root=str(tmp_path / "store"), batch_bytes=50_000)
+    assert await run_all(large, files(tmp_path / "large", 4, size=20_000)) == [None] * 4
+    assert large.records_at_once() == 2 * 2, "two files in a batch of 50,000 bytes: not 2,000 waiting their turn"
+
+
 async def test_without_syncfs_each_copy_and_directory_is_fsynced(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     records = files(tmp_path / "mountain", 4)

@@ -70,8 +70,3 @@ async def test_a_server_that_says_nothing_tells_nothing_once_the_probe_gives_up(
 
 async def test_a_destination_nobody_listens_at_tells_nothing() -> None:
     assert await greeting_seconds(f"rsync://{LOOPBACK}:{unclaimed_port()}/data") is None
-
-
-async def test_destinations_of_other_kinds_are_not_greeted() -> None:
-    assert await greeting_seconds("/data/incoming") is None
-    assert await greeting_seconds("archive:/data/incoming") is None

@@ -1,10 +1,11 @@
-"""Where ``network_move`` greets the rsync daemon of its destination: the host and port of an ``rsync://`` URL."""
+"""Where ``network_move`` greets the rsync daemon of its destination: the host and port of an ``rsync://`` URL
+(:func:`dataq.actions.rsync.daemon_address`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dataq.actions.round_trip import DaemonAddress, daemon_address
+from dataq.actions.rsync import DaemonAddress, daemon_address
 
 
 @pytest.mark.parametrize(("destination", "address"), [

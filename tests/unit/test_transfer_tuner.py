@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from dataq.actions.transfer_tuner import TransferTuner
+from dataq.actions.transfer_tuner import HORIZON, SETTLE, TransferTuner
 
 FILE = 20_000
 """Bytes of each file (the cascade benchmark's)."""
@@ -139,5 +139,25 @@ def test_the_greeting_of_a_link_that_has_changed_is_forgotten() -> None:
 def test_no_greeting_and_batches_of_a_fixed_size_start_where_they_are() -> None:
     tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
     assert tuner.greeted(None) is None and tuner.batch_size == 100
-    fixed = TransferTuner("rsync://archive/data", least=100, most=100, enabled=False)
+    fixed = TransferTuner("rsync://archive/data", least=100, most=1000, enabled=False)
     assert fixed.greeted(2 * LONG.round_trip) is None and fixed.batch_size == 100
+
+
+def test_batches_started_at_the_most_come_down_to_what_their_bytes_hold() -> None:
+    # Files of 10 MB, batches cut at 64 MiB: six of them in each, whatever the greeting said.
+    tuner = TransferTuner("rsync://archive/data", least=4, most=1000, most_bytes=64 << 20)
+    tuner.greeted(2 * LONG.round_trip)
+    assert tuner.batch_size == 1000
+    decision = tuner.observe(7 * LONG.round_trip + 60e6 / 50e6, 60_000_000, 6)
+    assert decision is not None and tuner.batch_size == 6
+    assert decision.reason == "batches are cut by their bytes at about 6 records of 10000000 bytes"
+
+
+def test_a_greeting_is_forgotten_after_a_horizon_of_calls() -> None:
+    # Calls of 1,000 files that the greeting's round trips take most of, then many more of the same.
+    tuner = TransferTuner("rsync://archive/data", least=100, most=1000)
+    tuner.greeted(2 * LONG.round_trip)
+    run(tuner, LONG, HORIZON)
+    assert tuner.round_trip is not None and tuner.batch_size == 1000
+    run(tuner, LONG, 2 * SETTLE)
+    assert tuner.round_trip is None, "a greeting slowed by chance must not keep the batches at the most for good"
