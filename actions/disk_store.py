@@ -29,8 +29,9 @@ Options (``[queues.NAME.disk_store]``):
     Records are stored in batches (:class:`~dataq.actions.batcher.BatchOptions`): the files of a batch are
     copied, then made durable with one sync of the filesystem, read back, published, and their names made
     durable with a second sync, so a batch costs two journal commits instead of two per file. One record's
-    failure is its own. The pop daemon runs at least twice ``batch_size`` records
-    at once (whatever ``[pop] concurrency`` says), so batches fill with the defaults.
+    failure is its own. The pop daemon runs at least two batches' records at once (whatever ``[pop]
+    concurrency`` says; each batch as many as ``batch_bytes`` holds by the records' mean size, 100 at most before
+    it is known), so batches fill with the defaults.
 
 A record whose file is already stored with the same data succeeds without a second copy (a retry, or a record
 pushed again), so a crash anywhere is recovered by running the record again. With the default layout the date

@@ -65,11 +65,11 @@ Options (``[queues.NAME.network_move]``):
     ``batch_tuning`` in ``dataq-cli --workers --json``); to an rsync daemon whose greeting says the link is far
     (:mod:`~dataq.actions.round_trip`) they start at ``max_batch_size``. ``max_batch_size`` at or below
     ``batch_size`` keeps them at ``batch_size``. Four batches are sent at once, and the pop daemon runs at least
-    four times the batch size in use records at once (whatever ``[pop] concurrency`` says), and once the sizes of
-    the files are known, the next batch (as many as ``batch_bytes`` holds), which gathers while they are sent, so
-    batches fill with the defaults; large files, cut into batches of 64 MiB, go side by side. A daemon whose
-    ``max connections`` takes fewer gets fewer (:mod:`~dataq.actions.connections`): a call it refuses while
-    another of the action's is open waits for that one instead of counting as an outage.
+    four batches of the size in use at once (whatever ``[pop] concurrency`` says; each as many records as
+    ``batch_bytes`` holds by the records' mean size, 100 at most before it is known), and the next batch, which
+    gathers while they are sent, so batches fill with the defaults; large files, cut into batches of 64 MiB, go
+    side by side. A daemon whose ``max connections`` takes fewer gets fewer (:mod:`~dataq.actions.connections`): a
+    call it refuses while another of the action's is open waits for that one instead of counting as an outage.
 
 What is verified: before sending, the source's size and checksum must match the record (a bad source is never sent,
 so it cannot overwrite a good copy); that read is the only one dataq makes of the source, and records of a batch

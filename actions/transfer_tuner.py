@@ -24,7 +24,9 @@ of them) would take :data:`FAR` seconds or more, batches start at ``most``. They
 a lower bound of the overhead, are more than :data:`GROW_ABOVE` of the median call (a smaller batch would only
 spend more of its time on them): the batches' bytes need not differ for the fit to know that much. A greeting
 slower than the shortest call since (an upper bound of the overhead) is of a link that has changed, and is
-forgotten.
+forgotten, as is one :data:`HORIZON` calls old (a greeting slowed by chance must not keep the batches at the most
+for good). Batches cut by their bytes (``most_bytes``) before they reach the size in use bring it down to what
+the bytes hold.
 
 Observations are kept by the size of their batch (rounded to a power of two): batches cut before a step, and
 batches cut early (the first of a burst, a trickle's), are told apart from those of the size in use.
