@@ -130,8 +130,8 @@ class TransferTuner:
         self._calls: dict[int, deque[tuple[int, float, int]]] = {}
         """Observations by batch size: their number, seconds and bytes."""
         self._count = 0
-        self.bytes_per_record = 0
-        """Of the last batch sent (0: none yet), tuning or not."""
+        self._bytes_per_record = 0
+        """Of the last batch sent with bytes (0: none yet): how many records a batch holds by ``most_bytes``."""
         self._since_step = 0
         self.last: Decision | None = None
         self.last_fit: Fit | None = None
@@ -167,10 +167,10 @@ class TransferTuner:
     def observe(self, seconds: float, size: int, records: int, *, failed: bool = False) -> Decision | None:
         """One batch of ``records`` sent: its seconds and bytes (``failed``: the call did not reach the destination
         or timed out). The step taken, if any."""
-        if not failed and size > 0 and records > 0:
-            self.bytes_per_record = size // records
         if not self.enabled:
             return None
+        if not failed and size > 0 and records > 0:
+            self._bytes_per_record = size // records
         if failed:
             if self.batch_size > self.least:
                 return self._step(max(self.least, self.batch_size // 2),
@@ -185,7 +185,7 @@ class TransferTuner:
         if held < self.batch_size:
             # Batches cut by their bytes are never of the size in use, which would then never change.
             return self._step(held, f"batches are cut by their bytes at about {held} records of "
-                                    f"{self.bytes_per_record} bytes")
+                                    f"{self._bytes_per_record} bytes")
         if bucket != _bucket(self.batch_size):
             return None
         self._since_step += 1
@@ -221,9 +221,9 @@ class TransferTuner:
     def _held(self) -> int:
         """Records a batch holds before its bytes cut it, as the last batch's files say (``most`` when not known),
         ``least`` at least."""
-        if self.most_bytes is None or self.bytes_per_record <= 0:
+        if self.most_bytes is None or self._bytes_per_record <= 0:
             return self.most
-        return max(self.least, self.most_bytes // self.bytes_per_record)
+        return max(self.least, self.most_bytes // self._bytes_per_record)
 
     def _step(self, batch_size: int, reason: str) -> Decision | None:
         if batch_size > self.batch_size:

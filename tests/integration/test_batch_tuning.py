@@ -14,6 +14,7 @@ import pytest
 
 from dataq.actions.network_move import NetworkMoveAction
 from dataq.actions.registry import load_actions
+from dataq.actions.transfer_tuner import CALL_ROUND_TRIPS, FAR
 from dataq.config import QueueSettings
 from dataq.ops.documents import TUNING_KEY
 from testbed.actions import action_context
@@ -70,7 +71,7 @@ async def test_over_a_long_link_batches_start_at_the_most_and_the_workers_view_s
         assert state["batch_size"] == 200
         assert "the destination greeted in" in str(state["decision"])
         assert "so batches start at the most" in str(state["decision"])
-        assert DELAY <= state["round_trip_seconds"] < 1
+        assert state["round_trip_seconds"] >= DELAY
         assert action.records_at_once() == 4 * 100, \
             "before any record's size is known, four batches of 100 at most: large files would only wait"
     finally:
@@ -90,7 +91,7 @@ async def test_over_a_nearer_link_batches_grow_as_their_calls_say(linked: Callab
     state = tuning_of(action, destination)
     assert state["batch_size"] > 10
     assert "on round trips and set-up" in str(state["decision"]) and "larger batches" in str(state["decision"])
-    assert 0 < state["round_trip_seconds"] < 0.1
+    assert 0 < state["round_trip_seconds"] * CALL_ROUND_TRIPS < FAR, "the greeting said the link is near"
 
 
 def tuning_of(action: NetworkMoveAction, destination: str) -> dict[str, Any]:

@@ -15,19 +15,18 @@ from testbed.ports import unclaimed_port
 from testbed.rsync import RsyncDaemon
 
 
-async def test_a_daemon_on_this_host_greets_at_once(daemon: RsyncDaemon) -> None:
-    seconds = await greeting_seconds(daemon.url("valley", "incoming"))
-    assert seconds is not None and 0 < seconds < 0.5
-
-
-async def test_a_daemon_over_a_long_link_greets_a_round_trip_and_more_later(daemon: RsyncDaemon) -> None:
+async def test_a_daemon_greets_a_round_trip_and_more_later_over_a_long_link_than_on_this_host(
+        daemon: RsyncDaemon) -> None:
+    here = await greeting_seconds(daemon.url("valley", "incoming"))
     link = Link((LOOPBACK, daemon.port), delay=0.05)
     port = await link.start()
     try:
-        seconds = await greeting_seconds(f"rsync://{LOOPBACK}:{port}/valley/incoming")
+        far = await greeting_seconds(f"rsync://{LOOPBACK}:{port}/valley/incoming")
     finally:
         await link.stop()
-    assert seconds is not None and 0.1 <= seconds < 1.5
+    assert here is not None and far is not None
+    assert far >= 0.15, "the link's handshake round trip, then the greeting's way back: 3 × 50 ms at least"
+    assert here < far
 
 
 @pytest.fixture
@@ -62,10 +61,7 @@ async def test_a_server_that_greets_as_no_rsync_daemon_does_tells_nothing(
 async def test_a_server_that_says_nothing_tells_nothing_once_the_probe_gives_up(
         talker: Callable[[bytes | None], Awaitable[int]]) -> None:
     port = await talker(None)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     assert await greeting_seconds(f"rsync://{LOOPBACK}:{port}/data", within=0.3) is None
-    assert loop.time() - started < 2
 
 
 async def test_a_destination_nobody_listens_at_tells_nothing() -> None:
